@@ -1,63 +1,144 @@
-/*
-Copyright 2026.
-
-Licensed under the Apache License, Version 2.0 (the "License");
-you may not use this file except in compliance with the License.
-You may obtain a copy of the License at
-
-    http://www.apache.org/licenses/LICENSE-2.0
-
-Unless required by applicable law or agreed to in writing, software
-distributed under the License is distributed on an "AS IS" BASIS,
-WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
-See the License for the specific language governing permissions and
-limitations under the License.
-*/
-
 package controller
 
 import (
 	"context"
+	"time"
 
-	"k8s.io/apimachinery/pkg/runtime"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/client-go/util/workqueue"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
-	postgresv1alpha1 "github.com/pgpilot/pgpilot-operator/api/v1alpha1"
+	pgv1 "github.com/pgpilot/pgpilot-operator/api/v1alpha1"
+	pgbuilder "github.com/pgpilot/pgpilot-operator/internal/builder"
 )
 
-// PostgresClusterReconciler reconciles a PostgresCluster object
+// How long to wait before looking again at something that is not ready yet. Watches on the
+// StatefulSet and the pods usually trigger the next reconcile sooner.
+const (
+	requeueWhileBootstrapping = 15 * time.Second
+	requeueForUserSecret      = 30 * time.Second
+)
+
+// PostgresClusterReconciler drives PostgresClusters towards their spec.
 type PostgresClusterReconciler struct {
 	client.Client
-	Scheme *runtime.Scheme
+	// APIReader reads what the label-scoped cache cannot hold: the user's own Secrets.
+	APIReader client.Reader
+	Recorder  events.EventRecorder
+	// DefaultImage is the PostgreSQL image for clusters without spec.image
+	// (the operator's RELATED_IMAGE_POSTGRES).
+	DefaultImage string
+	// MaxConcurrentReconciles is safe above 1: the workqueue never hands one key to two workers.
+	MaxConcurrentReconciles int
+	// ReconcileTimeout bounds one reconcile and with it every API call it makes.
+	ReconcileTimeout time.Duration
 }
 
-// +kubebuilder:rbac:groups=postgres.pgpilot.io,resources=postgresclusters,verbs=get;list;watch;create;update;patch;delete
+// stage is one idempotent step of the reconcile. A stage stops the chain by returning an error,
+// a non-zero Result ("not yet"), or by recording a failure in the scope (bad input).
+type stage struct {
+	name string
+	run  func(ctx context.Context, s *scope) (ctrl.Result, error)
+}
+
+func (r *PostgresClusterReconciler) stages() []stage {
+	return []stage{
+		{"secrets", r.ensureSecrets},
+		{"configmap", r.ensureConfigMap},
+		{"statefulset", r.ensureStatefulSet},
+		{"services", r.ensureServices},
+		{"poddisruptionbudget", r.ensurePodDisruptionBudget},
+		{"bootstrap", r.waitForBootstrap},
+		{"primary", r.confirmPrimary},
+	}
+}
+
+// +kubebuilder:rbac:groups=postgres.pgpilot.io,resources=postgresclusters,verbs=get;list;watch
 // +kubebuilder:rbac:groups=postgres.pgpilot.io,resources=postgresclusters/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups=postgres.pgpilot.io,resources=postgresclusters/finalizers,verbs=update
+// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
-// Reconcile is part of the main kubernetes reconciliation loop which aims to
-// move the current state of the cluster closer to the desired state.
-// TODO(user): Modify the Reconcile function to compare the state specified by
-// the PostgresCluster object against the actual cluster state, and then
-// perform operations to make the cluster state reflect the state specified by
-// the user.
-//
-// For more details, check Reconcile and its Result here:
-// - https://pkg.go.dev/sigs.k8s.io/controller-runtime@v0.21.0/pkg/reconcile
+// Reconcile runs the stages in order, then writes what it observed into status.
 func (r *PostgresClusterReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
-	_ = logf.FromContext(ctx)
+	cluster := &pgv1.PostgresCluster{}
+	if err := r.Get(ctx, req.NamespacedName, cluster); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if !cluster.DeletionTimestamp.IsZero() {
+		return r.reconcileDelete(ctx, cluster)
+	}
 
-	// TODO(user): your logic here
+	s := newScope(cluster)
+	result, err := r.runStages(ctx, s)
+	if statusErr := r.updateStatus(ctx, s, err); statusErr != nil && err == nil {
+		err = statusErr
+	}
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	return result, nil
+}
 
+func (r *PostgresClusterReconciler) runStages(ctx context.Context, s *scope) (ctrl.Result, error) {
+	log := logf.FromContext(ctx)
+	for _, st := range r.stages() {
+		result, err := st.run(ctx, s)
+		if err != nil {
+			s.fail("ReconcileError", "stage "+st.name+": "+err.Error())
+			return ctrl.Result{}, err
+		}
+		if s.failure != nil {
+			log.Info("stopped on invalid input", "stage", st.name, "reason", s.failure.reason)
+			return result, nil
+		}
+		if !result.IsZero() {
+			log.V(1).Info("waiting", "stage", st.name, "requeueAfter", result.RequeueAfter)
+			return result, nil
+		}
+	}
 	return ctrl.Result{}, nil
 }
 
-// SetupWithManager sets up the controller with the Manager.
+// SetupWithManager watches the cluster (spec changes only: status writes must not trigger
+// reconciles), every owned kind, and the instance pods.
 func (r *PostgresClusterReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	if err := indexPodsByCluster(context.Background(), mgr.GetFieldIndexer()); err != nil {
+		return err
+	}
 	return ctrl.NewControllerManagedBy(mgr).
-		For(&postgresv1alpha1.PostgresCluster{}).
+		For(&pgv1.PostgresCluster{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		Owns(&corev1.Secret{}).
+		Owns(&corev1.ConfigMap{}).
+		Owns(&appsv1.StatefulSet{}).
+		Owns(&corev1.Service{}).
+		Owns(&policyv1.PodDisruptionBudget{}).
+		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(podToCluster)).
+		WithOptions(controller.Options{
+			MaxConcurrentReconciles: max(1, r.MaxConcurrentReconciles),
+			ReconciliationTimeout:   r.ReconcileTimeout,
+			// Per-item backoff only: one failing cluster retries slower and slower on its own,
+			// without a shared bucket that would delay every other cluster.
+			RateLimiter: workqueue.NewTypedItemExponentialFailureRateLimiter[reconcile.Request](time.Second, 5*time.Minute),
+		}).
 		Named("postgrescluster").
 		Complete(r)
+}
+
+// podToCluster maps an instance pod to its cluster through the cluster label.
+func podToCluster(_ context.Context, obj client.Object) []reconcile.Request {
+	name, ok := obj.GetLabels()[pgbuilder.ClusterLabel]
+	if !ok {
+		return nil
+	}
+	return []reconcile.Request{{NamespacedName: client.ObjectKey{Namespace: obj.GetNamespace(), Name: name}}}
 }

@@ -1,0 +1,238 @@
+package v1alpha1
+
+import (
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// PostgresClusterSpec is the desired state of a highly available PostgreSQL cluster.
+// +kubebuilder:validation:XValidation:rule="self.bootstrap == oldSelf.bootstrap",message="spec.bootstrap is immutable: the cluster has already been initialised from it"
+type PostgresClusterSpec struct {
+	// Number of PostgreSQL instances: one primary plus instances-1 streaming replicas.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=9
+	// +kubebuilder:default=3
+	// +optional
+	Instances int32 `json:"instances,omitempty"`
+
+	// Container image with the PostgreSQL server binaries. Defaults to the image the operator
+	// was installed with (its RELATED_IMAGE_POSTGRES environment variable).
+	// +kubebuilder:validation:MaxLength=512
+	// +optional
+	Image string `json:"image,omitempty"`
+
+	// Persistent storage for each instance's data directory.
+	// +required
+	Storage StorageSpec `json:"storage"`
+
+	// Compute resources of the PostgreSQL container of every instance.
+	// +optional
+	Resources corev1.ResourceRequirements `json:"resources,omitempty"`
+
+	// PostgreSQL server configuration.
+	// +kubebuilder:default={}
+	// +optional
+	PostgreSQL PostgreSQLSpec `json:"postgresql,omitempty"`
+
+	// How the cluster's first instance is initialised. Immutable.
+	// +kubebuilder:default={initdb:{}}
+	// +optional
+	Bootstrap BootstrapSpec `json:"bootstrap,omitempty"`
+
+	// Where the instances' pods may be scheduled.
+	// +optional
+	Scheduling SchedulingSpec `json:"scheduling,omitempty"`
+}
+
+// PVCReclaimPolicy says what happens to the instances' volume claims when the cluster is deleted.
+// +kubebuilder:validation:Enum=Retain;Delete
+type PVCReclaimPolicy string
+
+const (
+	// PVCReclaimRetain keeps the claims (and the data) after the cluster is deleted.
+	PVCReclaimRetain PVCReclaimPolicy = "Retain"
+	// PVCReclaimDelete deletes the claims together with the cluster.
+	PVCReclaimDelete PVCReclaimPolicy = "Delete"
+)
+
+// StorageSpec describes the volume claim of each instance.
+// +kubebuilder:validation:XValidation:rule="quantity(string(self.size)).compareTo(quantity(string(oldSelf.size))) >= 0",message="storage.size cannot shrink: PostgreSQL volumes can only grow"
+// +kubebuilder:validation:XValidation:rule="(has(self.storageClassName) ? self.storageClassName : ”) == (has(oldSelf.storageClassName) ? oldSelf.storageClassName : ”)",message="storage.storageClassName is immutable: existing volumes cannot move to another class"
+type StorageSpec struct {
+	// Requested size of each instance's volume, for example 10Gi. It can grow, never shrink.
+	// +required
+	Size resource.Quantity `json:"size"`
+
+	// StorageClass of the volumes; empty uses the cluster's default class. Immutable.
+	// +kubebuilder:validation:MaxLength=253
+	// +optional
+	StorageClassName *string `json:"storageClassName,omitempty"`
+
+	// What happens to the volume claims when the cluster is deleted: Retain (the default)
+	// keeps them and their data, Delete removes them.
+	// +kubebuilder:default=Retain
+	// +optional
+	ReclaimPolicy PVCReclaimPolicy `json:"reclaimPolicy,omitempty"`
+}
+
+// PostgreSQLSpec is the user-tunable PostgreSQL configuration.
+type PostgreSQLSpec struct {
+	// Settings written to postgresql.conf, for example {"max_connections": "200"}.
+	// Settings pgpilot manages itself (listen_addresses, port, wal_level, hot_standby, file
+	// locations, replication connection settings) are rejected.
+	// +kubebuilder:validation:MaxProperties=200
+	// +kubebuilder:validation:XValidation:rule="self.all(k, !(k in ['listen_addresses', 'port', 'unix_socket_directories', 'data_directory', 'config_file', 'hba_file', 'ident_file', 'external_pid_file', 'wal_level', 'hot_standby', 'primary_conninfo', 'primary_slot_name', 'restore_command', 'recovery_target_timeline', 'cluster_name']))",messageExpression="'postgresql.parameters: ' + self.filter(k, k in ['listen_addresses', 'port', 'unix_socket_directories', 'data_directory', 'config_file', 'hba_file', 'ident_file', 'external_pid_file', 'wal_level', 'hot_standby', 'primary_conninfo', 'primary_slot_name', 'restore_command', 'recovery_target_timeline', 'cluster_name']).join(', ') + ' managed by pgpilot and cannot be set'"
+	// +optional
+	Parameters map[string]string `json:"parameters,omitempty"`
+
+	// Extra pg_hba.conf lines, inserted before pgpilot's own rules, for example
+	// "hostssl app app 10.0.0.0/8 scram-sha-256".
+	// +kubebuilder:validation:MaxItems=100
+	// +kubebuilder:validation:items:MaxLength=512
+	// +optional
+	PgHBA []string `json:"pgHBA,omitempty"`
+}
+
+// BootstrapSpec says how a new cluster gets its data.
+type BootstrapSpec struct {
+	// Create an empty cluster with initdb.
+	// +kubebuilder:default={}
+	// +optional
+	InitDB InitDBSpec `json:"initdb,omitempty"`
+}
+
+// InitDBSpec configures the application database created at bootstrap.
+type InitDBSpec struct {
+	// Name of the application database.
+	// +kubebuilder:default=app
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z_][a-z0-9_]*$`
+	// +optional
+	Database string `json:"database,omitempty"`
+
+	// Name of the role that owns the application database.
+	// +kubebuilder:default=app
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z_][a-z0-9_]*$`
+	// +optional
+	Owner string `json:"owner,omitempty"`
+
+	// A Secret of type kubernetes.io/basic-auth in the cluster's namespace holding the owner's
+	// username and password. When empty, pgpilot generates <cluster>-app.
+	// +optional
+	Secret *corev1.LocalObjectReference `json:"secret,omitempty"`
+}
+
+// SchedulingSpec constrains where instances run. Without an affinity, pgpilot prefers to spread
+// instances across nodes.
+type SchedulingSpec struct {
+	// Affinity of the instance pods; replaces pgpilot's default anti-affinity when set.
+	// +optional
+	Affinity *corev1.Affinity `json:"affinity,omitempty"`
+
+	// Tolerations of the instance pods.
+	// +optional
+	Tolerations []corev1.Toleration `json:"tolerations,omitempty"`
+
+	// Node labels the instance pods must match.
+	// +optional
+	NodeSelector map[string]string `json:"nodeSelector,omitempty"`
+
+	// How the instance pods spread across topology domains.
+	// +optional
+	TopologySpreadConstraints []corev1.TopologySpreadConstraint `json:"topologySpreadConstraints,omitempty"`
+}
+
+// Condition types of a PostgresCluster.
+const (
+	// ConditionReady is True when the primary accepts writes and every instance is ready.
+	ConditionReady = "Ready"
+	// ConditionProgressing is True while pgpilot is moving the cluster towards its spec.
+	ConditionProgressing = "Progressing"
+	// ConditionDegraded is True when the cluster cannot reach or keep its spec.
+	ConditionDegraded = "Degraded"
+)
+
+// Phase is a one-word summary of the cluster for `kubectl get`.
+// +kubebuilder:validation:Enum=Pending;Bootstrapping;Ready;Scaling;Degraded;Deleting
+type Phase string
+
+// Phases of a PostgresCluster.
+const (
+	PhasePending       Phase = "Pending"
+	PhaseBootstrapping Phase = "Bootstrapping"
+	PhaseReady         Phase = "Ready"
+	PhaseScaling       Phase = "Scaling"
+	PhaseDegraded      Phase = "Degraded"
+	PhaseDeleting      Phase = "Deleting"
+)
+
+// PostgresClusterStatus is the observed state of a PostgresCluster.
+type PostgresClusterStatus struct {
+	// Latest observations of the cluster: Ready, Progressing and Degraded.
+	// +listType=map
+	// +listMapKey=type
+	// +optional
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+
+	// One-word summary: Pending, Bootstrapping, Ready, Scaling, Degraded or Deleting.
+	// +optional
+	Phase Phase `json:"phase,omitempty"`
+
+	// Number of instance pods that exist.
+	// +optional
+	Instances int32 `json:"instances,omitempty"`
+
+	// Number of instances that are ready to serve.
+	// +optional
+	ReadyInstances int32 `json:"readyInstances,omitempty"`
+
+	// Name of the pod currently acting as primary.
+	// +optional
+	CurrentPrimary string `json:"currentPrimary,omitempty"`
+
+	// The metadata.generation this status was computed from.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+}
+
+// PostgresCluster is a highly available PostgreSQL cluster: a primary, streaming replicas,
+// and the Services applications connect to (<name>-rw, <name>-ro, <name>-r).
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:shortName=pgc,categories=pgpilot
+// +kubebuilder:printcolumn:name="Instances",type=integer,JSONPath=`.spec.instances`
+// +kubebuilder:printcolumn:name="Ready",type=integer,JSONPath=`.status.readyInstances`
+// +kubebuilder:printcolumn:name="Primary",type=string,JSONPath=`.status.currentPrimary`
+// +kubebuilder:printcolumn:name="Status",type=string,JSONPath=`.status.phase`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type PostgresCluster struct {
+	metav1.TypeMeta `json:",inline"`
+	// Standard object metadata.
+	// +optional
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// Desired state of the cluster.
+	// +required
+	Spec PostgresClusterSpec `json:"spec"`
+
+	// Observed state of the cluster, written by pgpilot.
+	// +optional
+	Status PostgresClusterStatus `json:"status,omitempty"`
+}
+
+// PostgresClusterList is a list of PostgresClusters.
+// +kubebuilder:object:root=true
+type PostgresClusterList struct {
+	metav1.TypeMeta `json:",inline"`
+	// Standard list metadata.
+	// +optional
+	metav1.ListMeta `json:"metadata,omitempty"`
+	// The PostgresClusters.
+	Items []PostgresCluster `json:"items"`
+}
+
+func init() {
+	SchemeBuilder.Register(&PostgresCluster{}, &PostgresClusterList{})
+}

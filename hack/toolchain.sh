@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# Builds pgpilot's pinned tools from the Go module proxy into a cache outside the clone,
+# so fresh clones (CI) and later sessions reuse them. Prints the tool's cache directory.
+#
+#   hack/toolchain.sh kubernetes     kube-apiserver, kube-controller-manager, kubectl
+#   hack/toolchain.sh etcd           etcd
+#   hack/toolchain.sh operator-sdk   operator-sdk, scorecard-test
+#   hack/toolchain.sh envtest        a KUBEBUILDER_ASSETS folder (kube-apiserver, etcd, kubectl)
+set -euo pipefail
+
+KUBERNETES_VERSION=v1.37.2
+ETCD_VERSION=v3.7.3
+OPERATOR_SDK_VERSION=v1.42.2
+
+HACK_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+CACHE_ROOT=${PGPILOT_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/pgpilot}
+export GOFLAGS=-buildvcs=false GOTOOLCHAIN=local CGO_ENABLED=0
+
+log() { echo "toolchain: $*" >&2; }
+
+# build_once NAME VERSION BUILD_FUNC: runs BUILD_FUNC OUTDIR unless OUTDIR is complete.
+build_once() {
+  local name=$1 version=$2 fn=$3
+  local out="$CACHE_ROOT/$name-$version"
+  if [[ ! -f "$out/.complete" ]]; then
+    log "building $name $version into $out (slow the first time; cached afterwards)"
+    local start=$SECONDS tmp="$out.partial.$$"
+    rm -rf "$tmp" && mkdir -p "$tmp"
+    "$fn" "$tmp"
+    rm -rf "$out" && mv "$tmp" "$out" && touch "$out/.complete"
+    log "built $name $version in $((SECONDS - start))s"
+  fi
+  echo "$out"
+}
+
+kube_ldflags() {
+  local minor ld="-s -w"
+  minor=$(cut -d. -f2 <<<"$KUBERNETES_VERSION")
+  for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+    ld+=" -X $p.gitVersion=$KUBERNETES_VERSION -X $p.gitMajor=1 -X $p.gitMinor=$minor"
+    ld+=" -X $p.gitTreeState=clean -X $p.gitCommit=$KUBERNETES_VERSION-goproxy"
+  done
+  echo "$ld"
+}
+
+build_kubernetes() {
+  (cd "$HACK_DIR/toolchain/kubernetes" && go build -trimpath -ldflags "$(kube_ldflags)" -o "$1/" \
+    k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager \
+    k8s.io/kubernetes/cmd/kubectl)
+}
+
+build_etcd() {
+  (cd "$HACK_DIR/toolchain/etcd" && go build -trimpath -ldflags "-s -w" -o "$1/etcd" go.etcd.io/etcd/server/v3)
+}
+
+build_operator_sdk() {
+  local v=github.com/operator-framework/operator-sdk/internal/version
+  local ld="-s -w -X $v.Version=$OPERATOR_SDK_VERSION -X $v.GitVersion=$OPERATOR_SDK_VERSION"
+  ld+=" -X $v.KubernetesVersion=v1.33.1 -X $v.ImageVersion=$OPERATOR_SDK_VERSION"
+  (cd "$HACK_DIR/toolchain/operator-sdk" && go build -trimpath -tags containers_image_openpgp \
+    -ldflags "$ld" -o "$1/" github.com/operator-framework/operator-sdk/cmd/operator-sdk \
+    github.com/operator-framework/operator-sdk/images/scorecard-test)
+}
+
+# envtest wants one folder with kube-apiserver, etcd and kubectl; link them from their caches.
+build_envtest() {
+  local k8s etcd
+  k8s=$(build_once kubernetes "$KUBERNETES_VERSION" build_kubernetes)
+  etcd=$(build_once etcd "$ETCD_VERSION" build_etcd)
+  ln -s "$k8s/kube-apiserver" "$k8s/kube-controller-manager" "$k8s/kubectl" "$etcd/etcd" "$1/"
+}
+
+case "${1:-}" in
+  kubernetes) build_once kubernetes "$KUBERNETES_VERSION" build_kubernetes ;;
+  etcd) build_once etcd "$ETCD_VERSION" build_etcd ;;
+  operator-sdk) build_once operator-sdk "$OPERATOR_SDK_VERSION" build_operator_sdk ;;
+  envtest) build_once envtest "$KUBERNETES_VERSION-etcd-$ETCD_VERSION" build_envtest ;;
+  *) echo "usage: $0 kubernetes|etcd|operator-sdk|envtest" >&2; exit 2 ;;
+esac

@@ -1,0 +1,52 @@
+package builder
+
+import (
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	pgv1 "github.com/pgpilot/pgpilot-operator/api/v1alpha1"
+)
+
+// Database roles whose credentials pgpilot keeps in Secrets.
+const (
+	SuperuserName   = "postgres"
+	ReplicationUser = "streaming_replica"
+)
+
+// Credential is one generated login: the Secret's name and the role it is for.
+type Credential struct {
+	SecretName string
+	Username   string
+}
+
+// GeneratedCredentials lists the Secrets pgpilot creates for the cluster. The application
+// owner's Secret is left out when the user supplies their own.
+func GeneratedCredentials(c *pgv1.PostgresCluster) []Credential {
+	creds := []Credential{
+		{SecretName: SuperuserSecretName(c), Username: SuperuserName},
+		{SecretName: ReplicationSecretName(c), Username: ReplicationUser},
+	}
+	if c.Spec.Bootstrap.InitDB.Secret == nil {
+		creds = append(creds, Credential{SecretName: AppSecretName(c), Username: c.Spec.Bootstrap.InitDB.Owner})
+	}
+	return creds
+}
+
+// BuildCredentialSecret is the basic-auth Secret for cred with the given password.
+// It is a typed object, not an apply configuration: credential Secrets are created once and
+// never re-applied, so a stale cache can never make pgpilot replace a password.
+func BuildCredentialSecret(c *pgv1.PostgresCluster, cred Credential, password string) *corev1.Secret {
+	return &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:            cred.SecretName,
+			Namespace:       c.Namespace,
+			Labels:          CommonLabels(c),
+			OwnerReferences: []metav1.OwnerReference{ControllerReference(c)},
+		},
+		Type: corev1.SecretTypeBasicAuth,
+		StringData: map[string]string{
+			corev1.BasicAuthUsernameKey: cred.Username,
+			corev1.BasicAuthPasswordKey: password,
+		},
+	}
+}

@@ -1,0 +1,199 @@
+package builder
+
+import (
+	"encoding/json"
+	"fmt"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	appsv1ac "k8s.io/client-go/applyconfigurations/apps/v1"
+	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
+	metav1ac "k8s.io/client-go/applyconfigurations/meta/v1"
+
+	pgv1 "github.com/pgpilot/pgpilot-operator/api/v1alpha1"
+)
+
+// The user and group of the official postgres image, whose conventions pgpilot's images follow.
+const postgresUID = 999
+
+// ConfigHashAnnotation on the pod template changes with the configuration files.
+const ConfigHashAnnotation = "postgres.pgpilot.io/config-hash"
+
+// DataVolumeName is the volume claim template of each instance.
+const DataVolumeName = "pgdata"
+
+const (
+	configVolumeName = "config"
+	socketVolumeName = "run"
+	socketDir        = "/var/run/postgresql"
+)
+
+// BuildStatefulSet runs the cluster's instances with the given PostgreSQL image.
+func BuildStatefulSet(c *pgv1.PostgresCluster, image string) (*appsv1ac.StatefulSetApplyConfiguration, error) {
+	pod, err := buildPodTemplate(c, image)
+	if err != nil {
+		return nil, fmt.Errorf("pod template: %w", err)
+	}
+	return appsv1ac.StatefulSet(StatefulSetName(c), c.Namespace).
+		WithLabels(CommonLabels(c)).
+		WithOwnerReferences(ownerReference(c)).
+		WithSpec(appsv1ac.StatefulSetSpec().
+			WithReplicas(c.Spec.Instances).
+			WithServiceName(HeadlessServiceName(c)).
+			WithSelector(metav1ac.LabelSelector().WithMatchLabels(SelectorLabels(c))).
+			WithPodManagementPolicy(appsv1.OrderedReadyPodManagement).
+			WithUpdateStrategy(appsv1ac.StatefulSetUpdateStrategy().WithType(appsv1.RollingUpdateStatefulSetStrategyType)).
+			WithPersistentVolumeClaimRetentionPolicy(appsv1ac.StatefulSetPersistentVolumeClaimRetentionPolicy().
+				WithWhenDeleted(retentionPolicy(c.Spec.Storage.ReclaimPolicy)).
+				WithWhenScaled(appsv1.RetainPersistentVolumeClaimRetentionPolicyType)).
+			WithTemplate(pod).
+			WithVolumeClaimTemplates(buildDataClaimTemplate(c))), nil
+}
+
+func retentionPolicy(p pgv1.PVCReclaimPolicy) appsv1.PersistentVolumeClaimRetentionPolicyType {
+	if p == pgv1.PVCReclaimDelete {
+		return appsv1.DeletePersistentVolumeClaimRetentionPolicyType
+	}
+	return appsv1.RetainPersistentVolumeClaimRetentionPolicyType
+}
+
+func buildDataClaimTemplate(c *pgv1.PostgresCluster) *corev1ac.PersistentVolumeClaimApplyConfiguration {
+	spec := corev1ac.PersistentVolumeClaimSpec().
+		WithAccessModes(corev1.ReadWriteOnce).
+		WithVolumeMode(corev1.PersistentVolumeFilesystem).
+		WithResources(corev1ac.VolumeResourceRequirements().
+			WithRequests(corev1.ResourceList{corev1.ResourceStorage: c.Spec.Storage.Size}))
+	if c.Spec.Storage.StorageClassName != nil {
+		spec.WithStorageClassName(*c.Spec.Storage.StorageClassName)
+	}
+	return corev1ac.PersistentVolumeClaim(DataVolumeName, "").
+		WithLabels(CommonLabels(c)).
+		WithSpec(spec)
+}
+
+func buildPodTemplate(c *pgv1.PostgresCluster, image string) (*corev1ac.PodTemplateSpecApplyConfiguration, error) {
+	spec := corev1ac.PodSpec().
+		WithSecurityContext(corev1ac.PodSecurityContext().
+			WithRunAsNonRoot(true).
+			WithRunAsUser(postgresUID).
+			WithRunAsGroup(postgresUID).
+			WithFSGroup(postgresUID).
+			WithFSGroupChangePolicy(corev1.FSGroupChangeOnRootMismatch).
+			WithSeccompProfile(corev1ac.SeccompProfile().WithType(corev1.SeccompProfileTypeRuntimeDefault))).
+		WithTerminationGracePeriodSeconds(60).
+		WithEnableServiceLinks(false).
+		WithContainers(buildPostgresContainer(c, image)).
+		WithVolumes(
+			corev1ac.Volume().WithName(configVolumeName).
+				WithConfigMap(corev1ac.ConfigMapVolumeSource().WithName(ConfigMapName(c))),
+			corev1ac.Volume().WithName(socketVolumeName).WithEmptyDir(corev1ac.EmptyDirVolumeSource()),
+		)
+	if err := applyScheduling(spec, c); err != nil {
+		return nil, err
+	}
+	return corev1ac.PodTemplateSpec().
+		WithLabels(CommonLabels(c)).
+		WithAnnotations(map[string]string{ConfigHashAnnotation: ConfigHash(c)}).
+		WithSpec(spec), nil
+}
+
+func buildPostgresContainer(c *pgv1.PostgresCluster, image string) *corev1ac.ContainerApplyConfiguration {
+	container := corev1ac.Container().
+		WithName("postgres").
+		WithImage(image).
+		WithImagePullPolicy(corev1.PullIfNotPresent).
+		WithArgs("postgres", "-c", "config_file="+ConfigMountPath+"/"+PostgresqlConfKey).
+		WithEnv(
+			corev1ac.EnvVar().WithName("PGDATA").WithValue(PGDataPath),
+			secretEnv("POSTGRES_USER", SuperuserSecretName(c), corev1.BasicAuthUsernameKey),
+			secretEnv("POSTGRES_PASSWORD", SuperuserSecretName(c), corev1.BasicAuthPasswordKey),
+		).
+		WithPorts(corev1ac.ContainerPort().WithName("postgres").WithContainerPort(PostgresPort).WithProtocol(corev1.ProtocolTCP)).
+		WithStartupProbe(pgIsReadyProbe(5, 120)).
+		WithReadinessProbe(pgIsReadyProbe(5, 3)).
+		WithLivenessProbe(pgIsReadyProbe(10, 6)).
+		WithSecurityContext(corev1ac.SecurityContext().
+			WithAllowPrivilegeEscalation(false).
+			WithRunAsNonRoot(true).
+			WithCapabilities(corev1ac.Capabilities().WithDrop("ALL"))).
+		WithVolumeMounts(
+			corev1ac.VolumeMount().WithName(DataVolumeName).WithMountPath(DataMountPath),
+			corev1ac.VolumeMount().WithName(configVolumeName).WithMountPath(ConfigMountPath).WithReadOnly(true),
+			corev1ac.VolumeMount().WithName(socketVolumeName).WithMountPath(socketDir),
+		)
+	if res := c.Spec.Resources; len(res.Limits) > 0 || len(res.Requests) > 0 {
+		rr := corev1ac.ResourceRequirements()
+		if len(res.Limits) > 0 {
+			rr.WithLimits(res.Limits)
+		}
+		if len(res.Requests) > 0 {
+			rr.WithRequests(res.Requests)
+		}
+		container.WithResources(rr)
+	}
+	return container
+}
+
+func secretEnv(name, secret, key string) *corev1ac.EnvVarApplyConfiguration {
+	return corev1ac.EnvVar().WithName(name).WithValueFrom(corev1ac.EnvVarSource().
+		WithSecretKeyRef(corev1ac.SecretKeySelector().WithName(secret).WithKey(key)))
+}
+
+// pgIsReadyProbe asks the local server whether it accepts connections.
+func pgIsReadyProbe(period, failures int32) *corev1ac.ProbeApplyConfiguration {
+	return corev1ac.Probe().
+		WithExec(corev1ac.ExecAction().WithCommand("pg_isready", "-q", "-h", socketDir, "-p", fmt.Sprint(PostgresPort))).
+		WithPeriodSeconds(period).
+		WithTimeoutSeconds(5).
+		WithFailureThreshold(failures)
+}
+
+// applyScheduling copies the user's scheduling constraints, defaulting to a preference for
+// one instance per node so that losing a node loses at most one instance.
+func applyScheduling(spec *corev1ac.PodSpecApplyConfiguration, c *pgv1.PostgresCluster) error {
+	s := c.Spec.Scheduling
+	if len(s.NodeSelector) > 0 {
+		spec.WithNodeSelector(s.NodeSelector)
+	}
+	affinity := defaultAffinity(c)
+	if s.Affinity != nil {
+		affinity = &corev1ac.AffinityApplyConfiguration{}
+		if err := convert(s.Affinity, affinity); err != nil {
+			return fmt.Errorf("affinity: %w", err)
+		}
+	}
+	spec.WithAffinity(affinity)
+	for i := range s.Tolerations {
+		t := &corev1ac.TolerationApplyConfiguration{}
+		if err := convert(&s.Tolerations[i], t); err != nil {
+			return fmt.Errorf("toleration %d: %w", i, err)
+		}
+		spec.WithTolerations(t)
+	}
+	for i := range s.TopologySpreadConstraints {
+		t := &corev1ac.TopologySpreadConstraintApplyConfiguration{}
+		if err := convert(&s.TopologySpreadConstraints[i], t); err != nil {
+			return fmt.Errorf("topology spread constraint %d: %w", i, err)
+		}
+		spec.WithTopologySpreadConstraints(t)
+	}
+	return nil
+}
+
+func defaultAffinity(c *pgv1.PostgresCluster) *corev1ac.AffinityApplyConfiguration {
+	return corev1ac.Affinity().WithPodAntiAffinity(corev1ac.PodAntiAffinity().
+		WithPreferredDuringSchedulingIgnoredDuringExecution(corev1ac.WeightedPodAffinityTerm().
+			WithWeight(100).
+			WithPodAffinityTerm(corev1ac.PodAffinityTerm().
+				WithTopologyKey(corev1.LabelHostname).
+				WithLabelSelector(metav1ac.LabelSelector().WithMatchLabels(SelectorLabels(c))))))
+}
+
+// convert turns a typed API value into its apply configuration; both share one JSON shape.
+func convert(typed, applyConfig any) error {
+	data, err := json.Marshal(typed)
+	if err != nil {
+		return err
+	}
+	return json.Unmarshal(data, applyConfig)
+}

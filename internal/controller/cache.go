@@ -1,0 +1,48 @@
+package controller
+
+import (
+	"strings"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	pgbuilder "github.com/pgpilot/pgpilot-operator/internal/builder"
+)
+
+// CacheOptions limits the manager's cache to the namespaces it watches and, for the kinds
+// pgpilot owns, to objects it labelled: unrelated Secrets, ConfigMaps and Pods in the cluster
+// cost it no memory.
+func CacheOptions(namespaces []string) cache.Options {
+	managed := cache.ByObject{Label: labels.SelectorFromSet(labels.Set{pgbuilder.ManagedByLabel: pgbuilder.ManagedByValue})}
+	opts := cache.Options{ByObject: map[client.Object]cache.ByObject{
+		&corev1.Secret{}:                managed,
+		&corev1.ConfigMap{}:             managed,
+		&corev1.Service{}:               managed,
+		&corev1.Pod{}:                   managed,
+		&appsv1.StatefulSet{}:           managed,
+		&policyv1.PodDisruptionBudget{}: managed,
+	}}
+	if len(namespaces) > 0 {
+		opts.DefaultNamespaces = map[string]cache.Config{}
+		for _, ns := range namespaces {
+			opts.DefaultNamespaces[ns] = cache.Config{}
+		}
+	}
+	return opts
+}
+
+// ParseWatchNamespaces reads WATCH_NAMESPACE as OLM sets it: empty for all namespaces, one
+// name, or a comma-separated list.
+func ParseWatchNamespaces(value string) []string {
+	var namespaces []string
+	for _, ns := range strings.Split(value, ",") {
+		if ns = strings.TrimSpace(ns); ns != "" {
+			namespaces = append(namespaces, ns)
+		}
+	}
+	return namespaces
+}

@@ -1,0 +1,81 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+
+	"github.com/pgpilot/pgpilot-operator/internal/apply"
+	pgbuilder "github.com/pgpilot/pgpilot-operator/internal/builder"
+)
+
+// +kubebuilder:rbac:groups="",resources=configmaps,verbs=get;list;watch;create;patch
+
+func (r *PostgresClusterReconciler) ensureConfigMap(ctx context.Context, s *scope) (ctrl.Result, error) {
+	return ctrl.Result{}, ensureOwned(ctx, r, s, pgbuilder.BuildConfigMap(s.cluster), &corev1.ConfigMap{})
+}
+
+// +kubebuilder:rbac:groups=apps,resources=statefulsets,verbs=get;list;watch;create;patch
+
+func (r *PostgresClusterReconciler) ensureStatefulSet(ctx context.Context, s *scope) (ctrl.Result, error) {
+	image := s.cluster.Spec.Image
+	if image == "" {
+		image = r.DefaultImage
+	}
+	if image == "" {
+		s.fail("NoImage", "spec.image is empty and the operator has no default PostgreSQL image (RELATED_IMAGE_POSTGRES)")
+		return ctrl.Result{}, nil
+	}
+	desired, err := pgbuilder.BuildStatefulSet(s.cluster, image)
+	if err != nil {
+		s.fail("InvalidSpec", err.Error())
+		return ctrl.Result{}, nil
+	}
+	sts := &appsv1.StatefulSet{}
+	if err := ensureOwned(ctx, r, s, desired, sts); err != nil {
+		return ctrl.Result{}, err
+	}
+	s.statefulSet = sts
+	return ctrl.Result{}, nil
+}
+
+// +kubebuilder:rbac:groups="",resources=services,verbs=get;list;watch;create;patch
+
+func (r *PostgresClusterReconciler) ensureServices(ctx context.Context, s *scope) (ctrl.Result, error) {
+	for _, svc := range pgbuilder.BuildServices(s.cluster) {
+		if err := ensureOwned(ctx, r, s, svc, &corev1.Service{}); err != nil {
+			return ctrl.Result{}, err
+		}
+	}
+	return ctrl.Result{}, nil
+}
+
+// +kubebuilder:rbac:groups=policy,resources=poddisruptionbudgets,verbs=get;list;watch;create;patch
+
+func (r *PostgresClusterReconciler) ensurePodDisruptionBudget(ctx context.Context, s *scope) (ctrl.Result, error) {
+	return ctrl.Result{}, ensureOwned(ctx, r, s, pgbuilder.BuildPodDisruptionBudget(s.cluster), &policyv1.PodDisruptionBudget{})
+}
+
+// ensureOwned applies one owned object when it differs from the cache, and tells the user.
+// live receives the object as cached (or nothing, when it was just created).
+func ensureOwned[A apply.Config[A]](ctx context.Context, r *PostgresClusterReconciler, s *scope, desired A, live client.Object) error {
+	kind, name := *desired.GetKind(), *desired.GetName()
+	outcome, err := apply.Ensure(ctx, r.Client, pgbuilder.FieldOwner, desired, live)
+	if err != nil {
+		return fmt.Errorf("ensure %s %s: %w", kind, name, err)
+	}
+	if outcome == apply.Unchanged {
+		return nil
+	}
+	recordWrite(kind, string(outcome))
+	verb := map[apply.Outcome]string{apply.Created: "Created", apply.Updated: "Updated"}[outcome]
+	logf.FromContext(ctx).Info(verb+" owned object", "kind", kind, "name", name)
+	r.event(s.cluster, corev1.EventTypeNormal, verb, verb, "%s %s %s", verb, kind, name)
+	return nil
+}

@@ -1,0 +1,67 @@
+package controller
+
+import (
+	"context"
+	"crypto/rand"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	pgbuilder "github.com/pgpilot/pgpilot-operator/internal/builder"
+)
+
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch;create
+
+// ensureSecrets creates each missing credential Secret once, with a password from crypto/rand.
+// Existing Secrets are never rewritten, and a user-supplied application Secret is only checked.
+func (r *PostgresClusterReconciler) ensureSecrets(ctx context.Context, s *scope) (ctrl.Result, error) {
+	c := s.cluster
+	for _, cred := range pgbuilder.GeneratedCredentials(c) {
+		err := r.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: cred.SecretName}, &corev1.Secret{})
+		if err == nil {
+			continue
+		}
+		if !apierrors.IsNotFound(err) {
+			return ctrl.Result{}, fmt.Errorf("get secret %s: %w", cred.SecretName, err)
+		}
+		secret := pgbuilder.BuildCredentialSecret(c, cred, rand.Text())
+		// Create, not apply: if the cache was merely stale, AlreadyExists keeps the old password.
+		switch err := r.Create(ctx, secret, client.FieldOwner(pgbuilder.FieldOwner)); {
+		case apierrors.IsAlreadyExists(err):
+			continue
+		case err != nil:
+			return ctrl.Result{}, fmt.Errorf("create secret %s: %w", cred.SecretName, err)
+		}
+		recordWrite("Secret", "created")
+		r.event(c, corev1.EventTypeNormal, "Created", "Create", "Created Secret %s for role %s", cred.SecretName, cred.Username)
+	}
+	if c.Spec.Bootstrap.InitDB.Secret != nil {
+		return r.checkUserSecret(ctx, s)
+	}
+	return ctrl.Result{}, nil
+}
+
+// checkUserSecret verifies the application Secret the user supplied. It is not labelled for
+// pgpilot, so it is outside the cache and read from the API server directly.
+func (r *PostgresClusterReconciler) checkUserSecret(ctx context.Context, s *scope) (ctrl.Result, error) {
+	name := pgbuilder.AppSecretName(s.cluster)
+	secret := &corev1.Secret{}
+	err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: s.cluster.Namespace, Name: name}, secret)
+	if apierrors.IsNotFound(err) {
+		s.fail("AppSecretNotFound", fmt.Sprintf("spec.bootstrap.initdb.secret: Secret %q does not exist", name))
+		return ctrl.Result{RequeueAfter: requeueForUserSecret}, nil
+	}
+	if err != nil {
+		return ctrl.Result{}, fmt.Errorf("get secret %s: %w", name, err)
+	}
+	for _, key := range []string{corev1.BasicAuthUsernameKey, corev1.BasicAuthPasswordKey} {
+		if len(secret.Data[key]) == 0 {
+			s.fail("AppSecretInvalid", fmt.Sprintf("spec.bootstrap.initdb.secret: Secret %q has no %q key", name, key))
+			return ctrl.Result{RequeueAfter: requeueForUserSecret}, nil
+		}
+	}
+	return ctrl.Result{}, nil
+}

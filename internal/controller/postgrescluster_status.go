@@ -1,0 +1,128 @@
+package controller
+
+import (
+	"fmt"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	pgv1 "github.com/pgpilot/pgpilot-operator/api/v1alpha1"
+)
+
+// observation is what one reconcile saw, the only input of the status.
+type observation struct {
+	generation     int64
+	desired        int32
+	instances      int32
+	readyInstances int32
+	primary        string
+	primaryReady   bool
+	waiting        *reasonMessage
+	failure        *reasonMessage
+}
+
+func observe(s *scope) observation {
+	o := observation{
+		generation: s.cluster.Generation,
+		desired:    s.cluster.Spec.Instances,
+		primary:    s.primary,
+		waiting:    s.waiting,
+		failure:    s.failure,
+	}
+	if s.statefulSet != nil {
+		o.instances = s.statefulSet.Status.Replicas
+		o.readyInstances = s.statefulSet.Status.ReadyReplicas
+	} else {
+		// The chain stopped before the StatefulSet stage; keep what was last observed.
+		o.instances, o.readyInstances = s.cluster.Status.Instances, s.cluster.Status.ReadyInstances
+	}
+	if o.primary == "" && s.failure != nil {
+		o.primary = s.cluster.Status.CurrentPrimary
+	}
+	for i := range s.pods {
+		if s.pods[i].Name == o.primary {
+			o.primaryReady = podReady(&s.pods[i])
+		}
+	}
+	return o
+}
+
+// computeStatus turns an observation into the cluster's status. Conditions keep their
+// lastTransitionTime unless their status flips (meta.SetStatusCondition).
+func computeStatus(status *pgv1.PostgresClusterStatus, o observation) {
+	status.Instances = o.instances
+	status.ReadyInstances = o.readyInstances
+	status.CurrentPrimary = o.primary
+	if o.failure == nil {
+		status.ObservedGeneration = o.generation
+	}
+	setDegradedCondition(status, o)
+	setReadyCondition(status, o)
+	setProgressingCondition(status, o)
+	status.Phase = phase(o)
+}
+
+func allReady(o observation) bool {
+	return o.primaryReady && o.instances == o.desired && o.readyInstances == o.desired
+}
+
+func setDegradedCondition(status *pgv1.PostgresClusterStatus, o observation) {
+	c := metav1.Condition{Type: pgv1.ConditionDegraded, Status: metav1.ConditionFalse,
+		Reason: "AsExpected", Message: "no problem found", ObservedGeneration: o.generation}
+	switch {
+	case o.failure != nil:
+		c.Status, c.Reason, c.Message = metav1.ConditionTrue, o.failure.reason, o.failure.message
+	case o.primary != "" && !o.primaryReady:
+		c.Status, c.Reason = metav1.ConditionTrue, "PrimaryNotReady"
+		c.Message = fmt.Sprintf("primary %s does not accept connections", o.primary)
+	}
+	meta.SetStatusCondition(&status.Conditions, c)
+}
+
+func setReadyCondition(status *pgv1.PostgresClusterStatus, o observation) {
+	c := metav1.Condition{Type: pgv1.ConditionReady, Status: metav1.ConditionFalse, ObservedGeneration: o.generation}
+	switch {
+	case allReady(o):
+		c.Status, c.Reason = metav1.ConditionTrue, "ClusterReady"
+		c.Message = fmt.Sprintf("primary %s accepts connections and all %d instances are ready", o.primary, o.desired)
+	case o.primary == "":
+		c.Reason, c.Message = "NoPrimary", "the cluster has no primary yet"
+	case !o.primaryReady:
+		c.Reason, c.Message = "PrimaryNotReady", fmt.Sprintf("primary %s does not accept connections", o.primary)
+	default:
+		c.Reason = "InstancesNotReady"
+		c.Message = fmt.Sprintf("%d of %d instances ready", o.readyInstances, o.desired)
+	}
+	meta.SetStatusCondition(&status.Conditions, c)
+}
+
+func setProgressingCondition(status *pgv1.PostgresClusterStatus, o observation) {
+	c := metav1.Condition{Type: pgv1.ConditionProgressing, Status: metav1.ConditionTrue, ObservedGeneration: o.generation}
+	switch {
+	case o.failure != nil:
+		c.Status, c.Reason, c.Message = metav1.ConditionFalse, o.failure.reason, "stopped: "+o.failure.message
+	case allReady(o):
+		c.Status, c.Reason, c.Message = metav1.ConditionFalse, "Reconciled", "the cluster matches its spec"
+	case o.waiting != nil:
+		c.Reason, c.Message = o.waiting.reason, o.waiting.message
+	default:
+		c.Reason = "Scaling"
+		c.Message = fmt.Sprintf("%d of %d instances ready", o.readyInstances, o.desired)
+	}
+	meta.SetStatusCondition(&status.Conditions, c)
+}
+
+func phase(o observation) pgv1.Phase {
+	switch {
+	case o.failure != nil || (o.primary != "" && !o.primaryReady):
+		return pgv1.PhaseDegraded
+	case allReady(o):
+		return pgv1.PhaseReady
+	case o.primary == "" && o.instances == 0:
+		return pgv1.PhasePending
+	case o.primary == "":
+		return pgv1.PhaseBootstrapping
+	default:
+		return pgv1.PhaseScaling
+	}
+}

@@ -1,0 +1,58 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+
+	pgv1 "github.com/pgpilot/pgpilot-operator/api/v1alpha1"
+)
+
+// updateStatus writes the observed status through the status subresource, and only when it
+// changed: an idle cluster costs no writes. reconcileErr is already recorded in the scope.
+func (r *PostgresClusterReconciler) updateStatus(ctx context.Context, s *scope, reconcileErr error) error {
+	computeStatus(&s.cluster.Status, observe(s))
+	if equality.Semantic.DeepEqual(s.original.Status, s.cluster.Status) {
+		return nil
+	}
+	if err := r.Status().Patch(ctx, s.cluster, client.MergeFrom(s.original)); err != nil {
+		return fmt.Errorf("patch status: %w", client.IgnoreNotFound(err))
+	}
+	recordWrite("PostgresCluster/status", "patched")
+	logf.FromContext(ctx).V(1).Info("status updated", "phase", s.cluster.Status.Phase, "reconcileError", reconcileErr)
+	r.announceTransitions(s.original, s.cluster)
+	return nil
+}
+
+// announceTransitions emits one Event per condition that changed status, so `kubectl describe`
+// tells the story of the cluster.
+func (r *PostgresClusterReconciler) announceTransitions(before, after *pgv1.PostgresCluster) {
+	for _, c := range after.Status.Conditions {
+		old := meta.FindStatusCondition(before.Status.Conditions, c.Type)
+		if old != nil && old.Status == c.Status && old.Reason == c.Reason {
+			continue
+		}
+		if c.Type == pgv1.ConditionDegraded && c.Status == metav1.ConditionFalse && old == nil {
+			continue // "not degraded" at birth is no news
+		}
+		eventType := corev1.EventTypeNormal
+		if c.Type == pgv1.ConditionDegraded && c.Status == metav1.ConditionTrue {
+			eventType = corev1.EventTypeWarning
+		}
+		r.event(after, eventType, c.Reason, "Reconcile", "%s=%s: %s", c.Type, c.Status, c.Message)
+	}
+}
+
+// event records a Kubernetes Event about the cluster; a nil recorder (unit tests) is silent.
+func (r *PostgresClusterReconciler) event(cluster *pgv1.PostgresCluster, eventType, reason, action, note string, args ...any) {
+	if r.Recorder == nil {
+		return
+	}
+	r.Recorder.Eventf(cluster, nil, eventType, reason, action, note, args...)
+}

@@ -1,0 +1,39 @@
+package controller
+
+import (
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+
+	pgv1 "github.com/pgpilot/pgpilot-operator/api/v1alpha1"
+)
+
+// scope is what the stages of one reconcile share: the cluster and what they observed.
+type scope struct {
+	cluster *pgv1.PostgresCluster
+	// original is the cluster as read, the base of the status patch.
+	original *pgv1.PostgresCluster
+
+	statefulSet *appsv1.StatefulSet
+	pods        []corev1.Pod
+	primary     string
+	// waiting says why the cluster is not there yet (condition reason and message).
+	waiting *reasonMessage
+	// failure says why the cluster cannot proceed: bad input or an error.
+	failure *reasonMessage
+}
+
+type reasonMessage struct {
+	reason, message string
+}
+
+func newScope(cluster *pgv1.PostgresCluster) *scope {
+	return &scope{cluster: cluster, original: cluster.DeepCopy()}
+}
+
+func (s *scope) fail(reason, message string) {
+	s.failure = &reasonMessage{reason: reason, message: message}
+}
+
+func (s *scope) wait(reason, message string) {
+	s.waiting = &reasonMessage{reason: reason, message: message}
+}
