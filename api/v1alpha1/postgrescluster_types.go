@@ -58,9 +58,12 @@ const (
 
 // StorageSpec describes the volume claim of each instance.
 // +kubebuilder:validation:XValidation:rule="quantity(string(self.size)).compareTo(quantity(string(oldSelf.size))) >= 0",message="storage.size cannot shrink: PostgreSQL volumes can only grow"
-// +kubebuilder:validation:XValidation:rule="(has(self.storageClassName) ? self.storageClassName : ”) == (has(oldSelf.storageClassName) ? oldSelf.storageClassName : ”)",message="storage.storageClassName is immutable: existing volumes cannot move to another class"
+// +kubebuilder:validation:XValidation:rule="has(self.storageClassName) == has(oldSelf.storageClassName) && (!has(self.storageClassName) || self.storageClassName == oldSelf.storageClassName)",message="storage.storageClassName is immutable: existing volumes cannot move to another class"
 type StorageSpec struct {
 	// Requested size of each instance's volume, for example 10Gi. It can grow, never shrink.
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:MaxLength=32
+	// +kubebuilder:validation:Pattern=`^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$`
 	// +required
 	Size resource.Quantity `json:"size"`
 
@@ -82,7 +85,21 @@ type PostgreSQLSpec struct {
 	// Settings pgpilot manages itself (listen_addresses, port, wal_level, hot_standby, file
 	// locations, replication connection settings) are rejected.
 	// +kubebuilder:validation:MaxProperties=200
-	// +kubebuilder:validation:XValidation:rule="self.all(k, !(k in ['listen_addresses', 'port', 'unix_socket_directories', 'data_directory', 'config_file', 'hba_file', 'ident_file', 'external_pid_file', 'wal_level', 'hot_standby', 'primary_conninfo', 'primary_slot_name', 'restore_command', 'recovery_target_timeline', 'cluster_name']))",messageExpression="'postgresql.parameters: ' + self.filter(k, k in ['listen_addresses', 'port', 'unix_socket_directories', 'data_directory', 'config_file', 'hba_file', 'ident_file', 'external_pid_file', 'wal_level', 'hot_standby', 'primary_conninfo', 'primary_slot_name', 'restore_command', 'recovery_target_timeline', 'cluster_name']).join(', ') + ' managed by pgpilot and cannot be set'"
+	// +kubebuilder:validation:XValidation:rule="!('listen_addresses' in self)",message="postgresql.parameters.listen_addresses is managed by pgpilot and cannot be set"
+	// +kubebuilder:validation:XValidation:rule="!('port' in self)",message="postgresql.parameters.port is managed by pgpilot and cannot be set"
+	// +kubebuilder:validation:XValidation:rule="!('unix_socket_directories' in self)",message="postgresql.parameters.unix_socket_directories is managed by pgpilot and cannot be set"
+	// +kubebuilder:validation:XValidation:rule="!('data_directory' in self)",message="postgresql.parameters.data_directory is managed by pgpilot and cannot be set"
+	// +kubebuilder:validation:XValidation:rule="!('config_file' in self)",message="postgresql.parameters.config_file is managed by pgpilot and cannot be set"
+	// +kubebuilder:validation:XValidation:rule="!('hba_file' in self)",message="postgresql.parameters.hba_file is managed by pgpilot and cannot be set"
+	// +kubebuilder:validation:XValidation:rule="!('ident_file' in self)",message="postgresql.parameters.ident_file is managed by pgpilot and cannot be set"
+	// +kubebuilder:validation:XValidation:rule="!('external_pid_file' in self)",message="postgresql.parameters.external_pid_file is managed by pgpilot and cannot be set"
+	// +kubebuilder:validation:XValidation:rule="!('wal_level' in self)",message="postgresql.parameters.wal_level is managed by pgpilot and cannot be set"
+	// +kubebuilder:validation:XValidation:rule="!('hot_standby' in self)",message="postgresql.parameters.hot_standby is managed by pgpilot and cannot be set"
+	// +kubebuilder:validation:XValidation:rule="!('primary_conninfo' in self)",message="postgresql.parameters.primary_conninfo is managed by pgpilot and cannot be set"
+	// +kubebuilder:validation:XValidation:rule="!('primary_slot_name' in self)",message="postgresql.parameters.primary_slot_name is managed by pgpilot and cannot be set"
+	// +kubebuilder:validation:XValidation:rule="!('restore_command' in self)",message="postgresql.parameters.restore_command is managed by pgpilot and cannot be set"
+	// +kubebuilder:validation:XValidation:rule="!('recovery_target_timeline' in self)",message="postgresql.parameters.recovery_target_timeline is managed by pgpilot and cannot be set"
+	// +kubebuilder:validation:XValidation:rule="!('cluster_name' in self)",message="postgresql.parameters.cluster_name is managed by pgpilot and cannot be set"
 	// +optional
 	Parameters map[string]string `json:"parameters,omitempty"`
 

@@ -9,10 +9,12 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"slices"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
 )
 
 // HashAnnotation records a hash of the configuration pgpilot last applied. Removing a field
@@ -53,10 +55,11 @@ func Ensure[A Config[A]](ctx context.Context, c client.Client, fieldOwner string
 	case err != nil:
 		return Unchanged, fmt.Errorf("get %s %s: %w", deref(desired.GetKind()), key, err)
 	default:
-		upToDate, err := UpToDate(desired, live, hash)
-		if err != nil || upToDate {
+		diff, err := Difference(desired, live, hash)
+		if err != nil || diff == "" {
 			return Unchanged, err
 		}
+		logf.FromContext(ctx).V(1).Info("owned object differs", "kind", deref(desired.GetKind()), "name", key.Name, "difference", diff)
 	}
 	desired.WithAnnotations(map[string]string{HashAnnotation: hash})
 	if err := c.Apply(ctx, desired, client.FieldOwner(fieldOwner), client.ForceOwnership); err != nil {
@@ -79,12 +82,18 @@ func Hash(desired any) (string, error) {
 // changed or took over show up as differences — and was last applied from the same desired
 // configuration (hash).
 func UpToDate(desired any, live client.Object, hash string) (bool, error) {
-	if live.GetAnnotations()[HashAnnotation] != hash {
-		return false, nil
+	diff, err := Difference(desired, live, hash)
+	return diff == "", err
+}
+
+// Difference is why live is not up to date with desired, or "" when it is.
+func Difference(desired any, live client.Object, hash string) (string, error) {
+	if got := live.GetAnnotations()[HashAnnotation]; got != hash {
+		return fmt.Sprintf("applied hash %q != %q", got, hash), nil
 	}
 	d, err := toJSONValue(desired)
 	if err != nil {
-		return false, err
+		return "", err
 	}
 	// Objects read from the cache may carry no type information; the kind is known anyway.
 	if m, ok := d.(map[string]any); ok {
@@ -93,40 +102,61 @@ func UpToDate(desired any, live client.Object, hash string) (bool, error) {
 	}
 	l, err := toJSONValue(live)
 	if err != nil {
-		return false, err
+		return "", err
 	}
-	return IsSubset(d, l), nil
+	return FirstDifference(d, l), nil
 }
 
 // IsSubset reports whether every field set in want has the same value in have. Lists must have
 // the same length and match element by element; server-side defaults in have are ignored.
 func IsSubset(want, have any) bool {
+	return FirstDifference(want, have) == ""
+}
+
+// FirstDifference is the path of the first field set in want that have lacks or holds with
+// another value, or "" when want is a subset of have. It tells the log why pgpilot writes.
+func FirstDifference(want, have any) string {
+	return firstDifference(want, have, "")
+}
+
+func firstDifference(want, have any, path string) string {
 	switch w := want.(type) {
 	case map[string]any:
 		h, ok := have.(map[string]any)
 		if !ok {
-			return false
+			return path + " (not an object)"
 		}
-		for k, wv := range w {
+		keys := make([]string, 0, len(w))
+		for k := range w {
+			keys = append(keys, k)
+		}
+		slices.Sort(keys)
+		for _, k := range keys {
 			hv, ok := h[k]
-			if !ok || !IsSubset(wv, hv) {
-				return false
+			if !ok {
+				return path + "." + k + " (missing)"
+			}
+			if d := firstDifference(w[k], hv, path+"."+k); d != "" {
+				return d
 			}
 		}
-		return true
+		return ""
 	case []any:
 		h, ok := have.([]any)
 		if !ok || len(h) != len(w) {
-			return false
+			return path + " (length)"
 		}
 		for i := range w {
-			if !IsSubset(w[i], h[i]) {
-				return false
+			if d := firstDifference(w[i], h[i], fmt.Sprintf("%s[%d]", path, i)); d != "" {
+				return d
 			}
 		}
-		return true
+		return ""
 	default:
-		return want == have
+		if want != have {
+			return fmt.Sprintf("%s (%v != %v)", path, want, have)
+		}
+		return ""
 	}
 }
 

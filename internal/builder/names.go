@@ -39,10 +39,17 @@ func AnyServiceName(c *pgv1.PostgresCluster) string          { return c.Name + "
 func SuperuserSecretName(c *pgv1.PostgresCluster) string     { return c.Name + "-superuser" }
 func ReplicationSecretName(c *pgv1.PostgresCluster) string   { return c.Name + "-replication" }
 
+// UsesUserAppSecret reports whether spec.bootstrap.initdb.secret names a Secret the user supplies.
+// An empty reference (secret: {}, which the CRD accepts) counts as unset: pgpilot generates one.
+func UsesUserAppSecret(c *pgv1.PostgresCluster) bool {
+	ref := c.Spec.Bootstrap.InitDB.Secret
+	return ref != nil && ref.Name != ""
+}
+
 // AppSecretName is the user's secret when spec.bootstrap.initdb.secret is set, else the generated one.
 func AppSecretName(c *pgv1.PostgresCluster) string {
-	if ref := c.Spec.Bootstrap.InitDB.Secret; ref != nil && ref.Name != "" {
-		return ref.Name
+	if UsesUserAppSecret(c) {
+		return c.Spec.Bootstrap.InitDB.Secret.Name
 	}
 	return c.Name + "-app"
 }

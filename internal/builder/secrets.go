@@ -26,7 +26,7 @@ func GeneratedCredentials(c *pgv1.PostgresCluster) []Credential {
 		{SecretName: SuperuserSecretName(c), Username: SuperuserName},
 		{SecretName: ReplicationSecretName(c), Username: ReplicationUser},
 	}
-	if c.Spec.Bootstrap.InitDB.Secret == nil {
+	if !UsesUserAppSecret(c) {
 		creds = append(creds, Credential{SecretName: AppSecretName(c), Username: c.Spec.Bootstrap.InitDB.Owner})
 	}
 	return creds

@@ -66,7 +66,11 @@ func buildDataClaimTemplate(c *pgv1.PostgresCluster) *corev1ac.PersistentVolumeC
 	if c.Spec.Storage.StorageClassName != nil {
 		spec.WithStorageClassName(*c.Spec.Storage.StorageClassName)
 	}
-	return corev1ac.PersistentVolumeClaim(DataVolumeName, "").
+	// Not corev1ac.PersistentVolumeClaim(name, ""): a template carries no namespace, kind or
+	// apiVersion, and fields the API server never returns would keep the StatefulSet from ever
+	// looking up to date.
+	return (&corev1ac.PersistentVolumeClaimApplyConfiguration{}).
+		WithName(DataVolumeName).
 		WithLabels(CommonLabels(c)).
 		WithSpec(spec)
 }

@@ -22,12 +22,9 @@ import (
 	pgbuilder "github.com/pgpilot/pgpilot-operator/internal/builder"
 )
 
-// How long to wait before looking again at something that is not ready yet. Watches on the
-// StatefulSet and the pods usually trigger the next reconcile sooner.
-const (
-	requeueWhileBootstrapping = 15 * time.Second
-	requeueForUserSecret      = 30 * time.Second
-)
+// defaultRequeueInterval is how long to wait before looking again at something that is not
+// ready yet. Watches on the StatefulSet and the pods usually trigger the next reconcile sooner.
+const defaultRequeueInterval = 15 * time.Second
 
 // PostgresClusterReconciler drives PostgresClusters towards their spec.
 type PostgresClusterReconciler struct {
@@ -42,6 +39,15 @@ type PostgresClusterReconciler struct {
 	MaxConcurrentReconciles int
 	// ReconcileTimeout bounds one reconcile and with it every API call it makes.
 	ReconcileTimeout time.Duration
+	// RequeueInterval is the "not yet" delay; zero means defaultRequeueInterval.
+	RequeueInterval time.Duration
+}
+
+func (r *PostgresClusterReconciler) notYet() ctrl.Result {
+	if r.RequeueInterval > 0 {
+		return ctrl.Result{RequeueAfter: r.RequeueInterval}
+	}
+	return ctrl.Result{RequeueAfter: defaultRequeueInterval}
 }
 
 // stage is one idempotent step of the reconcile. A stage stops the chain by returning an error,

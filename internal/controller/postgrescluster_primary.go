@@ -39,7 +39,7 @@ func (r *PostgresClusterReconciler) waitForBootstrap(ctx context.Context, s *sco
 	if s.primary == "" {
 		s.wait("Bootstrapping", fmt.Sprintf("waiting for %s to initialise PostgreSQL and accept connections",
 			pgbuilder.InstancePodName(s.cluster, 0)))
-		return ctrl.Result{RequeueAfter: requeueWhileBootstrapping}, nil
+		return r.notYet(), nil
 	}
 	return ctrl.Result{}, nil
 }

@@ -38,7 +38,7 @@ func (r *PostgresClusterReconciler) ensureSecrets(ctx context.Context, s *scope)
 		recordWrite("Secret", "created")
 		r.event(c, corev1.EventTypeNormal, "Created", "Create", "Created Secret %s for role %s", cred.SecretName, cred.Username)
 	}
-	if c.Spec.Bootstrap.InitDB.Secret != nil {
+	if pgbuilder.UsesUserAppSecret(c) {
 		return r.checkUserSecret(ctx, s)
 	}
 	return ctrl.Result{}, nil
@@ -52,7 +52,7 @@ func (r *PostgresClusterReconciler) checkUserSecret(ctx context.Context, s *scop
 	err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: s.cluster.Namespace, Name: name}, secret)
 	if apierrors.IsNotFound(err) {
 		s.fail("AppSecretNotFound", fmt.Sprintf("spec.bootstrap.initdb.secret: Secret %q does not exist", name))
-		return ctrl.Result{RequeueAfter: requeueForUserSecret}, nil
+		return r.notYet(), nil
 	}
 	if err != nil {
 		return ctrl.Result{}, fmt.Errorf("get secret %s: %w", name, err)
@@ -60,7 +60,7 @@ func (r *PostgresClusterReconciler) checkUserSecret(ctx context.Context, s *scop
 	for _, key := range []string{corev1.BasicAuthUsernameKey, corev1.BasicAuthPasswordKey} {
 		if len(secret.Data[key]) == 0 {
 			s.fail("AppSecretInvalid", fmt.Sprintf("spec.bootstrap.initdb.secret: Secret %q has no %q key", name, key))
-			return ctrl.Result{RequeueAfter: requeueForUserSecret}, nil
+			return r.notYet(), nil
 		}
 	}
 	return ctrl.Result{}, nil

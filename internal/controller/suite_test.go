@@ -1,116 +1,161 @@
-/*
-Copyright 2026.
-
-Licensed under the Apache License, Version 2.0 (the "License");
-you may not use this file except in compliance with the License.
-You may obtain a copy of the License at
-
-    http://www.apache.org/licenses/LICENSE-2.0
-
-Unless required by applicable law or agreed to in writing, software
-distributed under the License is distributed on an "AS IS" BASIS,
-WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
-See the License for the specific language governing permissions and
-limitations under the License.
-*/
-
 package controller
 
 import (
 	"context"
-	"os"
 	"path/filepath"
+	"sync"
 	"testing"
+	"time"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
-
-	"k8s.io/client-go/kubernetes/scheme"
-	"k8s.io/client-go/rest"
+	"k8s.io/apimachinery/pkg/runtime"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
-	postgresv1alpha1 "github.com/pgpilot/pgpilot-operator/api/v1alpha1"
-	// +kubebuilder:scaffold:imports
+	pgv1 "github.com/pgpilot/pgpilot-operator/api/v1alpha1"
+	"github.com/pgpilot/pgpilot-operator/test/controlplane"
 )
 
-// These tests use Ginkgo (BDD-style Go testing framework). Refer to
-// http://onsi.github.io/ginkgo/ to learn more about Ginkgo.
-
+// The suite runs the real reconciler in a real manager against a real kube-apiserver and
+// kube-controller-manager; k8sClient is an uncached client acting as the user.
 var (
 	ctx       context.Context
 	cancel    context.CancelFunc
-	testEnv   *envtest.Environment
-	cfg       *rest.Config
+	cp        *controlplane.ControlPlane
 	k8sClient client.Client
+	scheme    = runtime.NewScheme()
+	writes    = &writeCounter{byNamespace: map[string]int{}}
+)
+
+const (
+	testImage           = "registry.example/postgres:15"
+	testRequeueInterval = time.Second
 )
 
 func TestControllers(t *testing.T) {
 	RegisterFailHandler(Fail)
-
+	SetDefaultEventuallyTimeout(30 * time.Second)
+	SetDefaultEventuallyPollingInterval(200 * time.Millisecond)
 	RunSpecs(t, "Controller Suite")
 }
 
 var _ = BeforeSuite(func() {
 	logf.SetLogger(zap.New(zap.WriteTo(GinkgoWriter), zap.UseDevMode(true)))
-
-	ctx, cancel = context.WithCancel(context.TODO())
+	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
+	utilruntime.Must(pgv1.AddToScheme(scheme))
+	ctx, cancel = context.WithCancel(context.Background())
 
 	var err error
-	err = postgresv1alpha1.AddToScheme(scheme.Scheme)
+	cp, err = controlplane.Start(filepath.Join("..", "..", "config", "crd", "bases"))
+	Expect(err).NotTo(HaveOccurred())
+	k8sClient, err = client.New(cp.Config, client.Options{Scheme: scheme})
 	Expect(err).NotTo(HaveOccurred())
 
-	// +kubebuilder:scaffold:scheme
-
-	By("bootstrapping test environment")
-	testEnv = &envtest.Environment{
-		CRDDirectoryPaths:     []string{filepath.Join("..", "..", "config", "crd", "bases")},
-		ErrorIfCRDPathMissing: true,
+	mgr, err := ctrl.NewManager(cp.Config, ctrl.Options{
+		Scheme:                 scheme,
+		Cache:                  CacheOptions(nil),
+		Metrics:                metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress: "0",
+	})
+	Expect(err).NotTo(HaveOccurred())
+	reconciler := &PostgresClusterReconciler{
+		Client:                  countingClient{Client: mgr.GetClient(), writes: writes},
+		APIReader:               mgr.GetAPIReader(),
+		Recorder:                mgr.GetEventRecorder("pgpilot"),
+		DefaultImage:            testImage,
+		MaxConcurrentReconciles: 2,
+		ReconcileTimeout:        30 * time.Second,
+		RequeueInterval:         testRequeueInterval,
 	}
-
-	// Retrieve the first found binary directory to allow running tests from IDEs
-	if getFirstFoundEnvTestBinaryDir() != "" {
-		testEnv.BinaryAssetsDirectory = getFirstFoundEnvTestBinaryDir()
-	}
-
-	// cfg is defined in this file globally.
-	cfg, err = testEnv.Start()
-	Expect(err).NotTo(HaveOccurred())
-	Expect(cfg).NotTo(BeNil())
-
-	k8sClient, err = client.New(cfg, client.Options{Scheme: scheme.Scheme})
-	Expect(err).NotTo(HaveOccurred())
-	Expect(k8sClient).NotTo(BeNil())
+	Expect(reconciler.SetupWithManager(mgr)).To(Succeed())
+	go func() {
+		defer GinkgoRecover()
+		Expect(mgr.Start(ctx)).To(Succeed())
+	}()
 })
 
 var _ = AfterSuite(func() {
-	By("tearing down the test environment")
-	cancel()
-	err := testEnv.Stop()
-	Expect(err).NotTo(HaveOccurred())
+	if cancel != nil {
+		cancel()
+	}
+	if cp != nil {
+		Expect(cp.Stop()).To(Succeed())
+	}
 })
 
-// getFirstFoundEnvTestBinaryDir locates the first binary in the specified path.
-// ENVTEST-based tests depend on specific binaries, usually located in paths set by
-// controller-runtime. When running tests directly (e.g., via an IDE) without using
-// Makefile targets, the 'BinaryAssetsDirectory' must be explicitly configured.
-//
-// This function streamlines the process by finding the required binaries, similar to
-// setting the 'KUBEBUILDER_ASSETS' environment variable. To ensure the binaries are
-// properly set up, run 'make setup-envtest' beforehand.
-func getFirstFoundEnvTestBinaryDir() string {
-	basePath := filepath.Join("..", "..", "bin", "k8s")
-	entries, err := os.ReadDir(basePath)
-	if err != nil {
-		logf.Log.Error(err, "Failed to read directory", "path", basePath)
-		return ""
+// writeCounter counts the reconciler's writes per namespace, no-op applies included, which
+// resourceVersions alone would not reveal.
+type writeCounter struct {
+	mu          sync.Mutex
+	byNamespace map[string]int
+}
+
+func (w *writeCounter) add(namespace string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.byNamespace[namespace]++
+}
+
+func (w *writeCounter) count(namespace string) int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.byNamespace[namespace]
+}
+
+// countingClient is the manager's (cached) client with every write counted by namespace.
+type countingClient struct {
+	client.Client
+	writes *writeCounter
+}
+
+func (c countingClient) Create(ctx context.Context, obj client.Object, opts ...client.CreateOption) error {
+	c.writes.add(obj.GetNamespace())
+	return c.Client.Create(ctx, obj, opts...)
+}
+
+func (c countingClient) Update(ctx context.Context, obj client.Object, opts ...client.UpdateOption) error {
+	c.writes.add(obj.GetNamespace())
+	return c.Client.Update(ctx, obj, opts...)
+}
+
+func (c countingClient) Patch(ctx context.Context, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
+	c.writes.add(obj.GetNamespace())
+	return c.Client.Patch(ctx, obj, patch, opts...)
+}
+
+func (c countingClient) Apply(ctx context.Context, obj runtime.ApplyConfiguration, opts ...client.ApplyOption) error {
+	if ns, ok := obj.(interface{ GetNamespace() *string }); ok && ns.GetNamespace() != nil {
+		c.writes.add(*ns.GetNamespace())
 	}
-	for _, entry := range entries {
-		if entry.IsDir() {
-			return filepath.Join(basePath, entry.Name())
-		}
-	}
-	return ""
+	return c.Client.Apply(ctx, obj, opts...)
+}
+
+func (c countingClient) Delete(ctx context.Context, obj client.Object, opts ...client.DeleteOption) error {
+	c.writes.add(obj.GetNamespace())
+	return c.Client.Delete(ctx, obj, opts...)
+}
+
+func (c countingClient) Status() client.SubResourceWriter {
+	return countingStatusWriter{SubResourceWriter: c.Client.Status(), writes: c.writes}
+}
+
+type countingStatusWriter struct {
+	client.SubResourceWriter
+	writes *writeCounter
+}
+
+func (w countingStatusWriter) Update(ctx context.Context, obj client.Object, opts ...client.SubResourceUpdateOption) error {
+	w.writes.add(obj.GetNamespace())
+	return w.SubResourceWriter.Update(ctx, obj, opts...)
+}
+
+func (w countingStatusWriter) Patch(ctx context.Context, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
+	w.writes.add(obj.GetNamespace())
+	return w.SubResourceWriter.Patch(ctx, obj, patch, opts...)
 }

@@ -1,0 +1,166 @@
+package builder
+
+import (
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	pgv1 "github.com/pgpilot/pgpilot-operator/api/v1alpha1"
+)
+
+// confLines returns the non-comment lines of a rendered configuration file.
+func confLines(conf string) []string {
+	var lines []string
+	for _, line := range strings.Split(strings.TrimSuffix(conf, "\n"), "\n") {
+		if !strings.HasPrefix(line, "#") {
+			lines = append(lines, line)
+		}
+	}
+	return lines
+}
+
+func TestPostgresqlConf(t *testing.T) {
+	tests := []struct {
+		name         string
+		parameters   map[string]string
+		wantLines    []string
+		notWantLines []string
+	}{
+		{
+			name:       "managed settings are always present",
+			parameters: nil,
+			wantLines: []string{
+				"listen_addresses = '*'",
+				"port = 5432",
+				"wal_level = replica",
+				"hot_standby = on",
+				"cluster_name = 'db'",
+				"data_directory = '/var/lib/postgresql/data/pgdata'",
+				"hba_file = '/etc/pgpilot/pg_hba.conf'",
+				"max_wal_senders = '10'",
+			},
+		},
+		{
+			name:         "user parameter overrides a default",
+			parameters:   map[string]string{"max_wal_senders": "20"},
+			wantLines:    []string{"max_wal_senders = '20'"},
+			notWantLines: []string{"max_wal_senders = '10'"},
+		},
+		{
+			name:       "user parameter is added",
+			parameters: map[string]string{"shared_buffers": "256MB"},
+			wantLines:  []string{"shared_buffers = '256MB'", "max_wal_senders = '10'"},
+		},
+		{
+			name:       "single quotes are escaped by doubling",
+			parameters: map[string]string{"search_path": `"$user", 'public'`},
+			wantLines:  []string{`search_path = '"$user", ''public'''`},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			conf := PostgresqlConf(newCluster(func(c *pgv1.PostgresCluster) { c.Spec.PostgreSQL.Parameters = tt.parameters }))
+			lines := confLines(conf)
+			for _, want := range tt.wantLines {
+				if !slices.Contains(lines, want) {
+					t.Errorf("missing line %q in:\n%s", want, conf)
+				}
+			}
+			for _, notWant := range tt.notWantLines {
+				if slices.Contains(lines, notWant) {
+					t.Errorf("unexpected line %q in:\n%s", notWant, conf)
+				}
+			}
+		})
+	}
+}
+
+func TestPostgresqlConfIsDeterministicAndSorted(t *testing.T) {
+	params := map[string]string{
+		"work_mem": "8MB", "shared_buffers": "256MB", "max_connections": "200",
+		"effective_cache_size": "1GB", "autovacuum": "on", "log_min_duration_statement": "500",
+	}
+	c := newCluster(func(c *pgv1.PostgresCluster) { c.Spec.PostgreSQL.Parameters = params })
+	first := PostgresqlConf(c)
+	for i := range 20 {
+		if got := PostgresqlConf(c); got != first {
+			t.Fatalf("render %d differs from the first:\n%s\nvs\n%s", i, got, first)
+		}
+	}
+
+	// After the ten managed settings come the defaults and user parameters, sorted by name.
+	lines := confLines(first)
+	const managed = 10
+	if len(lines) != managed+len(defaultParameters)+len(params) {
+		t.Fatalf("got %d lines, want %d:\n%s", len(lines), managed+len(defaultParameters)+len(params), first)
+	}
+	var keys []string
+	for _, line := range lines[managed:] {
+		keys = append(keys, strings.SplitN(line, " = ", 2)[0])
+	}
+	if !slices.IsSorted(keys) {
+		t.Errorf("parameters are not sorted: %v", keys)
+	}
+	if !strings.HasPrefix(first, "# Managed by pgpilot.") {
+		t.Errorf("missing header comment:\n%s", first)
+	}
+}
+
+func TestPgHBAConf(t *testing.T) {
+	pgpilotRules := []string{
+		"local all all peer",
+		"host all all 127.0.0.1/32 scram-sha-256",
+		"host all all ::1/128 scram-sha-256",
+		"host replication streaming_replica all scram-sha-256",
+		"host all all all scram-sha-256",
+	}
+	tests := []struct {
+		name  string
+		pgHBA []string
+		want  []string
+	}{
+		{name: "no user lines", want: pgpilotRules},
+		{
+			name:  "user lines come first, trimmed and in order",
+			pgHBA: []string{"  hostssl app app 10.0.0.0/8 scram-sha-256 ", "host all all 192.168.0.0/16 reject"},
+			want: append([]string{
+				"hostssl app app 10.0.0.0/8 scram-sha-256",
+				"host all all 192.168.0.0/16 reject",
+			}, pgpilotRules...),
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			conf := PgHBAConf(newCluster(func(c *pgv1.PostgresCluster) { c.Spec.PostgreSQL.PgHBA = tt.pgHBA }))
+			if diff := cmp.Diff(tt.want, confLines(conf)); diff != "" {
+				t.Errorf("pg_hba.conf lines (-want +got):\n%s", diff)
+			}
+			if !strings.HasSuffix(conf, "host all all all scram-sha-256\n") {
+				t.Errorf("pg_hba.conf does not end with the catch-all rule:\n%s", conf)
+			}
+		})
+	}
+}
+
+func TestBuildConfigMap(t *testing.T) {
+	c := newCluster()
+	cm := toTyped[corev1.ConfigMap](t, BuildConfigMap(c))
+
+	if cm.Name != "db-config" || cm.Namespace != "ns" {
+		t.Errorf("name = %s/%s, want ns/db-config", cm.Namespace, cm.Name)
+	}
+	want := map[string]string{"postgresql.conf": PostgresqlConf(c), "pg_hba.conf": PgHBAConf(c)}
+	if diff := cmp.Diff(want, cm.Data); diff != "" {
+		t.Errorf("data (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff(wantCommonLabels(), cm.Labels); diff != "" {
+		t.Errorf("labels (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff([]metav1.OwnerReference{wantOwnerReference()}, cm.OwnerReferences); diff != "" {
+		t.Errorf("owner references (-want +got):\n%s", diff)
+	}
+}

@@ -1,0 +1,291 @@
+package builder
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	pgv1 "github.com/pgpilot/pgpilot-operator/api/v1alpha1"
+)
+
+const testImage = "ghcr.io/pgpilot/postgres:17.2"
+
+// buildStatefulSet builds the StatefulSet of c and returns it in typed form.
+func buildStatefulSet(t *testing.T, c *pgv1.PostgresCluster) appsv1.StatefulSet {
+	t.Helper()
+	ac, err := BuildStatefulSet(c, testImage)
+	if err != nil {
+		t.Fatalf("BuildStatefulSet: %v", err)
+	}
+	return toTyped[appsv1.StatefulSet](t, ac)
+}
+
+func TestBuildStatefulSetIdentityAndSelector(t *testing.T) {
+	sts := buildStatefulSet(t, newCluster(func(c *pgv1.PostgresCluster) { c.Spec.Instances = 5 }))
+
+	if sts.Name != "db" || sts.Namespace != "ns" {
+		t.Errorf("name = %s/%s, want ns/db", sts.Namespace, sts.Name)
+	}
+	if got := ptr.Deref(sts.Spec.Replicas, -1); got != 5 {
+		t.Errorf("replicas = %d, want spec.instances 5", got)
+	}
+	if sts.Spec.ServiceName != "db-instances" {
+		t.Errorf("serviceName = %q, want db-instances", sts.Spec.ServiceName)
+	}
+	if diff := cmp.Diff(map[string]string{"postgres.pgpilot.io/cluster": "db"}, sts.Spec.Selector.MatchLabels); diff != "" {
+		t.Errorf("selector (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff(wantCommonLabels(), sts.Spec.Template.Labels); diff != "" {
+		t.Errorf("pod labels (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff(wantCommonLabels(), sts.Labels); diff != "" {
+		t.Errorf("labels (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff([]metav1.OwnerReference{wantOwnerReference()}, sts.OwnerReferences); diff != "" {
+		t.Errorf("owner references (-want +got):\n%s", diff)
+	}
+}
+
+func TestBuildStatefulSetVolumeClaimTemplate(t *testing.T) {
+	tests := []struct {
+		name             string
+		mutate           func(*pgv1.PostgresCluster)
+		wantSize         string
+		wantStorageClass *string
+		wantWhenDeleted  appsv1.PersistentVolumeClaimRetentionPolicyType
+	}{
+		{
+			name:            "default class and unset reclaim policy retains claims",
+			mutate:          func(c *pgv1.PostgresCluster) {},
+			wantSize:        "1Gi",
+			wantWhenDeleted: appsv1.RetainPersistentVolumeClaimRetentionPolicyType,
+		},
+		{
+			name: "explicit class and Retain",
+			mutate: func(c *pgv1.PostgresCluster) {
+				c.Spec.Storage.Size = resource.MustParse("20Gi")
+				c.Spec.Storage.StorageClassName = ptr.To("fast-ssd")
+				c.Spec.Storage.ReclaimPolicy = pgv1.PVCReclaimRetain
+			},
+			wantSize:         "20Gi",
+			wantStorageClass: ptr.To("fast-ssd"),
+			wantWhenDeleted:  appsv1.RetainPersistentVolumeClaimRetentionPolicyType,
+		},
+		{
+			name:            "Delete reclaim policy deletes claims with the cluster",
+			mutate:          func(c *pgv1.PostgresCluster) { c.Spec.Storage.ReclaimPolicy = pgv1.PVCReclaimDelete },
+			wantSize:        "1Gi",
+			wantWhenDeleted: appsv1.DeletePersistentVolumeClaimRetentionPolicyType,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			sts := buildStatefulSet(t, newCluster(tt.mutate))
+
+			if len(sts.Spec.VolumeClaimTemplates) != 1 {
+				t.Fatalf("got %d volume claim templates, want 1", len(sts.Spec.VolumeClaimTemplates))
+			}
+			claim := sts.Spec.VolumeClaimTemplates[0]
+			if claim.Name != "pgdata" {
+				t.Errorf("claim name = %q, want pgdata", claim.Name)
+			}
+			size := claim.Spec.Resources.Requests[corev1.ResourceStorage]
+			if size.String() != tt.wantSize {
+				t.Errorf("storage request = %s, want %s", size.String(), tt.wantSize)
+			}
+			if diff := cmp.Diff(tt.wantStorageClass, claim.Spec.StorageClassName); diff != "" {
+				t.Errorf("storageClassName (-want +got):\n%s", diff)
+			}
+			if diff := cmp.Diff([]corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce}, claim.Spec.AccessModes); diff != "" {
+				t.Errorf("access modes (-want +got):\n%s", diff)
+			}
+			want := &appsv1.StatefulSetPersistentVolumeClaimRetentionPolicy{
+				WhenDeleted: tt.wantWhenDeleted,
+				WhenScaled:  appsv1.RetainPersistentVolumeClaimRetentionPolicyType,
+			}
+			if diff := cmp.Diff(want, sts.Spec.PersistentVolumeClaimRetentionPolicy); diff != "" {
+				t.Errorf("retention policy (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// The claim template is not a namespaced object of its own: an empty metadata.namespace in the
+// desired object never comes back from the API server and would make the StatefulSet look
+// changed on every reconcile.
+func TestBuildStatefulSetClaimTemplateHasNoNamespaceOrType(t *testing.T) {
+	ac, err := BuildStatefulSet(newCluster(), testImage)
+	if err != nil {
+		t.Fatalf("BuildStatefulSet: %v", err)
+	}
+	claim := ac.Spec.VolumeClaimTemplates[0]
+	if ns := claim.GetNamespace(); ns != nil {
+		t.Errorf("claim template namespace = %q, want unset", *ns)
+	}
+	if kind, version := claim.GetKind(), claim.GetAPIVersion(); kind != nil || version != nil {
+		t.Errorf("claim template type = %v %v, want unset (the API server returns templates without it)", version, kind)
+	}
+}
+
+func TestBuildStatefulSetSecurity(t *testing.T) {
+	sts := buildStatefulSet(t, newCluster())
+	pod := sts.Spec.Template.Spec
+
+	wantPod := &corev1.PodSecurityContext{
+		RunAsNonRoot:        ptr.To(true),
+		RunAsUser:           ptr.To[int64](999),
+		RunAsGroup:          ptr.To[int64](999),
+		FSGroup:             ptr.To[int64](999),
+		FSGroupChangePolicy: ptr.To(corev1.FSGroupChangeOnRootMismatch),
+		SeccompProfile:      &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+	}
+	if diff := cmp.Diff(wantPod, pod.SecurityContext); diff != "" {
+		t.Errorf("pod security context (-want +got):\n%s", diff)
+	}
+	if len(pod.Containers) != 1 {
+		t.Fatalf("got %d containers, want 1", len(pod.Containers))
+	}
+	wantContainer := &corev1.SecurityContext{
+		AllowPrivilegeEscalation: ptr.To(false),
+		RunAsNonRoot:             ptr.To(true),
+		Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+	}
+	if diff := cmp.Diff(wantContainer, pod.Containers[0].SecurityContext); diff != "" {
+		t.Errorf("container security context (-want +got):\n%s", diff)
+	}
+	if pod.Containers[0].Image != testImage {
+		t.Errorf("image = %q, want %q", pod.Containers[0].Image, testImage)
+	}
+}
+
+func TestBuildStatefulSetResources(t *testing.T) {
+	tests := []struct {
+		name      string
+		resources corev1.ResourceRequirements
+	}{
+		{name: "unset resources stay unset"},
+		{name: "requests only", resources: corev1.ResourceRequirements{
+			Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("500m")},
+		}},
+		{name: "limits and requests", resources: corev1.ResourceRequirements{
+			Limits:   corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("2Gi")},
+			Requests: corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("1Gi"), corev1.ResourceCPU: resource.MustParse("1")},
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			sts := buildStatefulSet(t, newCluster(func(c *pgv1.PostgresCluster) { c.Spec.Resources = tt.resources }))
+			got := sts.Spec.Template.Spec.Containers[0].Resources
+			if diff := cmp.Diff(tt.resources, got); diff != "" {
+				t.Errorf("resources (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestBuildStatefulSetScheduling(t *testing.T) {
+	defaultAntiAffinity := &corev1.Affinity{PodAntiAffinity: &corev1.PodAntiAffinity{
+		PreferredDuringSchedulingIgnoredDuringExecution: []corev1.WeightedPodAffinityTerm{{
+			Weight: 100,
+			PodAffinityTerm: corev1.PodAffinityTerm{
+				TopologyKey:   "kubernetes.io/hostname",
+				LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"postgres.pgpilot.io/cluster": "db"}},
+			},
+		}},
+	}}
+	userAffinity := &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{
+		RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{
+			MatchExpressions: []corev1.NodeSelectorRequirement{{Key: "disk", Operator: corev1.NodeSelectorOpIn, Values: []string{"ssd"}}},
+		}}},
+	}}
+	user := pgv1.SchedulingSpec{
+		Affinity:     userAffinity,
+		Tolerations:  []corev1.Toleration{{Key: "dedicated", Operator: corev1.TolerationOpEqual, Value: "db", Effect: corev1.TaintEffectNoSchedule}},
+		NodeSelector: map[string]string{"pool": "db"},
+		TopologySpreadConstraints: []corev1.TopologySpreadConstraint{{
+			MaxSkew: 1, TopologyKey: "topology.kubernetes.io/zone", WhenUnsatisfiable: corev1.DoNotSchedule,
+			LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"postgres.pgpilot.io/cluster": "db"}},
+		}},
+	}
+	tests := []struct {
+		name       string
+		scheduling pgv1.SchedulingSpec
+		want       pgv1.SchedulingSpec
+	}{
+		{
+			name: "no scheduling gets the default pod anti-affinity",
+			want: pgv1.SchedulingSpec{Affinity: defaultAntiAffinity},
+		},
+		{
+			name:       "user scheduling is copied and the affinity replaces the default",
+			scheduling: user,
+			want:       user,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			sts := buildStatefulSet(t, newCluster(func(c *pgv1.PostgresCluster) { c.Spec.Scheduling = tt.scheduling }))
+			pod := sts.Spec.Template.Spec
+			got := pgv1.SchedulingSpec{
+				Affinity:                  pod.Affinity,
+				Tolerations:               pod.Tolerations,
+				NodeSelector:              pod.NodeSelector,
+				TopologySpreadConstraints: pod.TopologySpreadConstraints,
+			}
+			if diff := cmp.Diff(tt.want, got); diff != "" {
+				t.Errorf("scheduling (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestBuildStatefulSetConfigHashAnnotation(t *testing.T) {
+	hashOf := func(t *testing.T, c *pgv1.PostgresCluster) string {
+		t.Helper()
+		hash := buildStatefulSet(t, c).Spec.Template.Annotations[ConfigHashAnnotation]
+		if len(hash) != 16 {
+			t.Fatalf("config hash %q is not 16 hex characters", hash)
+		}
+		return hash
+	}
+	withParams := func(params map[string]string) func(*pgv1.PostgresCluster) {
+		return func(c *pgv1.PostgresCluster) { c.Spec.PostgreSQL.Parameters = params }
+	}
+	base := hashOf(t, newCluster(withParams(map[string]string{"max_connections": "100"})))
+
+	tests := []struct {
+		name       string
+		mutate     func(*pgv1.PostgresCluster)
+		wantChange bool
+	}{
+		{name: "same parameters", mutate: withParams(map[string]string{"max_connections": "100"})},
+		{name: "non-configuration field changed", wantChange: false, mutate: func(c *pgv1.PostgresCluster) {
+			withParams(map[string]string{"max_connections": "100"})(c)
+			c.Spec.Instances = 1
+			c.Spec.Storage.Size = resource.MustParse("5Gi")
+		}},
+		{name: "parameter value changed", wantChange: true, mutate: withParams(map[string]string{"max_connections": "200"})},
+		{name: "parameter added", wantChange: true, mutate: withParams(map[string]string{"max_connections": "100", "work_mem": "8MB"})},
+		{name: "pg_hba line added", wantChange: true, mutate: func(c *pgv1.PostgresCluster) {
+			withParams(map[string]string{"max_connections": "100"})(c)
+			c.Spec.PostgreSQL.PgHBA = []string{"host app app 10.0.0.0/8 scram-sha-256"}
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := hashOf(t, newCluster(tt.mutate))
+			if changed := got != base; changed != tt.wantChange {
+				t.Errorf("hash %s vs base %s: changed = %v, want %v", got, base, changed, tt.wantChange)
+			}
+			if strings.Trim(got, "0123456789abcdef") != "" {
+				t.Errorf("hash %q is not lowercase hex", got)
+			}
+		})
+	}
+}

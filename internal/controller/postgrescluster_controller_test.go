@@ -1,0 +1,251 @@
+package controller
+
+import (
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	pgv1 "github.com/pgpilot/pgpilot-operator/api/v1alpha1"
+	pgbuilder "github.com/pgpilot/pgpilot-operator/internal/builder"
+)
+
+var _ = Describe("PostgresCluster reconciler", func() {
+	var cluster *pgv1.PostgresCluster
+
+	BeforeEach(func() {
+		cluster = createCluster(newCluster(newNamespace()))
+	})
+
+	It("creates every child with an owner reference, managed by pgpilot", func() {
+		for _, child := range children(cluster) {
+			Eventually(get).WithArguments(child).Should(Succeed(), "%T %s", child, child.GetName())
+			Expect(metav1.GetControllerOf(child)).NotTo(BeNil())
+			Expect(metav1.GetControllerOf(child).UID).To(Equal(cluster.UID))
+			Expect(child.GetLabels()).To(HaveKeyWithValue(pgbuilder.ManagedByLabel, pgbuilder.ManagedByValue))
+			managers := []string{}
+			for _, f := range child.GetManagedFields() {
+				managers = append(managers, f.Manager)
+			}
+			Expect(managers).To(ContainElement(pgbuilder.FieldOwner), "%T %s", child, child.GetName())
+		}
+		Eventually(func(g Gomega) {
+			c := fetch(cluster)
+			g.Expect(c.Status.Phase).To(Equal(pgv1.PhaseBootstrapping))
+			g.Expect(c.Status.ObservedGeneration).To(Equal(c.Generation))
+			progressing := condition(c, pgv1.ConditionProgressing)
+			g.Expect(progressing).NotTo(BeNil())
+			g.Expect(progressing.Status).To(Equal(metav1.ConditionTrue))
+			g.Expect(progressing.Reason).To(Equal("Bootstrapping"))
+			g.Expect(condition(c, pgv1.ConditionReady).Status).To(Equal(metav1.ConditionFalse))
+		}).Should(Succeed())
+		Eventually(eventReasons).WithArguments(cluster).Should(ContainElement("Created"))
+	})
+
+	It("applies spec changes to the children", func() {
+		sts := &appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{Name: cluster.Name, Namespace: cluster.Namespace}}
+		Eventually(get).WithArguments(sts).Should(Succeed())
+		oldHash := sts.Spec.Template.Annotations[pgbuilder.ConfigHashAnnotation]
+
+		c := updateCluster(cluster, func(c *pgv1.PostgresCluster) {
+			c.Spec.Instances = 5
+			c.Spec.PostgreSQL.Parameters = map[string]string{"max_connections": "250"}
+		})
+
+		Eventually(func(g Gomega) {
+			g.Expect(get(sts)).To(Succeed())
+			g.Expect(*sts.Spec.Replicas).To(Equal(int32(5)))
+			g.Expect(sts.Spec.Template.Annotations[pgbuilder.ConfigHashAnnotation]).NotTo(Equal(oldHash))
+		}).Should(Succeed())
+		cm := &corev1.ConfigMap{}
+		Expect(k8sClient.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: pgbuilder.ConfigMapName(c)}, cm)).To(Succeed())
+		Expect(cm.Data[pgbuilder.PostgresqlConfKey]).To(ContainSubstring("max_connections = '250'"))
+	})
+
+	It("never regenerates a password", func() {
+		secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: pgbuilder.SuperuserSecretName(cluster), Namespace: cluster.Namespace}}
+		Eventually(get).WithArguments(secret).Should(Succeed())
+		password := string(secret.Data[corev1.BasicAuthPasswordKey])
+		Expect(len(password)).To(BeNumerically(">=", 20))
+
+		c := updateCluster(cluster, func(c *pgv1.PostgresCluster) { c.Spec.Instances = 2 })
+		Eventually(func() int32 {
+			sts := &appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{Name: c.Name, Namespace: c.Namespace}}
+			Expect(get(sts)).To(Succeed())
+			return *sts.Spec.Replicas
+		}).Should(Equal(int32(2)))
+		Expect(get(secret)).To(Succeed())
+		Expect(string(secret.Data[corev1.BasicAuthPasswordKey])).To(Equal(password))
+	})
+
+	It("heals drift: a scaled StatefulSet and a deleted Service", func() {
+		sts := &appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{Name: cluster.Name, Namespace: cluster.Namespace}}
+		Eventually(get).WithArguments(sts).Should(Succeed())
+		sts.Spec.Replicas = ptr.To(int32(1))
+		Expect(k8sClient.Update(ctx, sts, client.FieldOwner("kubectl-scale"))).To(Succeed())
+
+		rw := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: pgbuilder.ReadWriteServiceName(cluster), Namespace: cluster.Namespace}}
+		Eventually(get).WithArguments(rw).Should(Succeed())
+		oldUID := rw.UID
+		Expect(k8sClient.Delete(ctx, rw)).To(Succeed())
+
+		Eventually(func(g Gomega) {
+			g.Expect(get(sts)).To(Succeed())
+			g.Expect(*sts.Spec.Replicas).To(Equal(int32(3)))
+			g.Expect(get(rw)).To(Succeed())
+			g.Expect(rw.UID).NotTo(Equal(oldUID))
+		}).Should(Succeed())
+	})
+
+	It("leaves an idle cluster alone: no writes across several reconciles", func() {
+		Eventually(func(g Gomega) {
+			g.Expect(fetch(cluster).Status.Phase).To(Equal(pgv1.PhaseBootstrapping))
+		}).Should(Succeed())
+		// Let the creation burst settle (owned-object events reconcile once more).
+		Eventually(func() int {
+			before := writes.count(cluster.Namespace)
+			time.Sleep(2 * testRequeueInterval)
+			return writes.count(cluster.Namespace) - before
+		}).Should(BeZero())
+
+		versions := resourceVersions(cluster)
+		writesBefore := writes.count(cluster.Namespace)
+		reconcilesBefore := reconcileCount()
+		time.Sleep(5 * testRequeueInterval)
+
+		Expect(reconcileCount()-reconcilesBefore).To(BeNumerically(">=", 3), "the cluster should have been requeued while waiting")
+		Expect(writes.count(cluster.Namespace)).To(Equal(writesBefore), "an idle cluster must cost no API writes")
+		Expect(resourceVersions(cluster)).To(Equal(versions))
+	})
+
+	It("elects the first ready instance as primary and becomes Ready", func() {
+		c := updateCluster(cluster, func(c *pgv1.PostgresCluster) { c.Spec.Instances = 2 })
+
+		markPodReady(c.Namespace, pgbuilder.InstancePodName(c, 0))
+		Eventually(func(g Gomega) {
+			pod := &corev1.Pod{}
+			g.Expect(k8sClient.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: pgbuilder.InstancePodName(c, 0)}, pod)).To(Succeed())
+			g.Expect(pod.Labels).To(HaveKeyWithValue(pgbuilder.RoleLabel, pgbuilder.RolePrimary))
+			g.Expect(fetch(c).Status.CurrentPrimary).To(Equal(pod.Name))
+		}).Should(Succeed())
+
+		// The StatefulSet controller creates the second instance once the first is ready.
+		markPodReady(c.Namespace, pgbuilder.InstancePodName(c, 1))
+		Eventually(func(g Gomega) {
+			pod := &corev1.Pod{}
+			g.Expect(k8sClient.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: pgbuilder.InstancePodName(c, 1)}, pod)).To(Succeed())
+			g.Expect(pod.Labels).To(HaveKeyWithValue(pgbuilder.RoleLabel, pgbuilder.RoleReplica))
+			got := fetch(c)
+			g.Expect(got.Status.Phase).To(Equal(pgv1.PhaseReady))
+			g.Expect(got.Status.ReadyInstances).To(Equal(int32(2)))
+			g.Expect(condition(got, pgv1.ConditionReady).Status).To(Equal(metav1.ConditionTrue))
+			g.Expect(condition(got, pgv1.ConditionProgressing).Status).To(Equal(metav1.ConditionFalse))
+			g.Expect(condition(got, pgv1.ConditionDegraded).Status).To(Equal(metav1.ConditionFalse))
+		}).Should(Succeed())
+		Eventually(eventReasons).WithArguments(c).Should(ContainElements("PrimaryElected", "ClusterReady"))
+	})
+
+	It("lets garbage collection remove the children when the cluster is deleted", func() {
+		for _, child := range children(cluster) {
+			Eventually(get).WithArguments(child).Should(Succeed())
+		}
+		Expect(k8sClient.Delete(ctx, fetch(cluster))).To(Succeed())
+		for _, child := range children(cluster) {
+			Eventually(func() bool { return apierrors.IsNotFound(get(child)) }).Should(BeTrue(), "%T %s", child, child.GetName())
+		}
+	})
+})
+
+var _ = Describe("A user-supplied application secret", func() {
+	It("is reported while missing and used once it exists", func() {
+		namespace := newNamespace()
+		cluster := createCluster(newCluster(namespace, func(c *pgv1.PostgresCluster) {
+			c.Spec.Bootstrap.InitDB.Secret = &corev1.LocalObjectReference{Name: "my-app-login"}
+		}))
+		Eventually(func(g Gomega) {
+			degraded := condition(fetch(cluster), pgv1.ConditionDegraded)
+			g.Expect(degraded).NotTo(BeNil())
+			g.Expect(degraded.Status).To(Equal(metav1.ConditionTrue))
+			g.Expect(degraded.Reason).To(Equal("AppSecretNotFound"))
+			g.Expect(degraded.Message).To(ContainSubstring("my-app-login"))
+		}).Should(Succeed())
+		Eventually(eventReasons).WithArguments(cluster).Should(ContainElement("AppSecretNotFound"))
+		Expect(apierrors.IsNotFound(get(&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "db-app", Namespace: namespace}}))).To(BeTrue())
+
+		Expect(k8sClient.Create(ctx, &corev1.Secret{
+			ObjectMeta: metav1.ObjectMeta{Name: "my-app-login", Namespace: namespace},
+			Type:       corev1.SecretTypeBasicAuth,
+			StringData: map[string]string{"username": "app", "password": "s3cret-from-the-user"},
+		})).To(Succeed())
+		Eventually(func(g Gomega) {
+			c := fetch(cluster)
+			g.Expect(condition(c, pgv1.ConditionDegraded).Status).To(Equal(metav1.ConditionFalse))
+			g.Expect(c.Status.Phase).To(Equal(pgv1.PhaseBootstrapping))
+		}).Should(Succeed())
+	})
+})
+
+var _ = Describe("CRD validation", func() {
+	var namespace string
+	BeforeEach(func() { namespace = newNamespace() })
+
+	DescribeTable("rejects an invalid new cluster with a clear message",
+		func(mutate func(*pgv1.PostgresCluster), message string) {
+			err := k8sClient.Create(ctx, newCluster(namespace, mutate))
+			Expect(err).To(HaveOccurred())
+			Expect(apierrors.IsInvalid(err)).To(BeTrue(), err.Error())
+			Expect(err.Error()).To(ContainSubstring(message))
+		},
+		Entry("a managed parameter", func(c *pgv1.PostgresCluster) {
+			c.Spec.PostgreSQL.Parameters = map[string]string{"port": "6543", "work_mem": "8MB"}
+		}, "postgresql.parameters.port is managed by pgpilot and cannot be set"),
+		Entry("two managed parameters", func(c *pgv1.PostgresCluster) {
+			c.Spec.PostgreSQL.Parameters = map[string]string{"wal_level": "minimal", "listen_addresses": "*"}
+		}, "postgresql.parameters.listen_addresses is managed by pgpilot"),
+		Entry("too many instances", func(c *pgv1.PostgresCluster) { c.Spec.Instances = 10 }, "spec.instances"),
+		Entry("a bad database name", func(c *pgv1.PostgresCluster) { c.Spec.Bootstrap.InitDB.Database = "My-DB" }, "spec.bootstrap.initdb.database"),
+		Entry("an unknown reclaim policy", func(c *pgv1.PostgresCluster) { c.Spec.Storage.ReclaimPolicy = "Recycle" }, "spec.storage.reclaimPolicy"),
+	)
+
+	DescribeTable("rejects a forbidden change with a clear message",
+		func(mutate func(*pgv1.PostgresCluster), message string) {
+			c := createCluster(newCluster(namespace, func(c *pgv1.PostgresCluster) {
+				c.Spec.Storage.Size = resource.MustParse("2Gi")
+				c.Spec.Storage.StorageClassName = ptr.To("fast")
+			}))
+			err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+				c = fetch(c)
+				mutate(c)
+				return k8sClient.Update(ctx, c)
+			})
+			Expect(apierrors.IsInvalid(err)).To(BeTrue(), "%v", err)
+			Expect(err.Error()).To(ContainSubstring(message))
+		},
+		Entry("shrinking storage", func(c *pgv1.PostgresCluster) { c.Spec.Storage.Size = resource.MustParse("1536Mi") },
+			"storage.size cannot shrink"),
+		Entry("changing the storage class", func(c *pgv1.PostgresCluster) { c.Spec.Storage.StorageClassName = ptr.To("slow") },
+			"storage.storageClassName is immutable"),
+		Entry("dropping the storage class", func(c *pgv1.PostgresCluster) { c.Spec.Storage.StorageClassName = nil },
+			"storage.storageClassName is immutable"),
+		Entry("changing the bootstrap", func(c *pgv1.PostgresCluster) { c.Spec.Bootstrap.InitDB.Database = "other" },
+			"spec.bootstrap is immutable"),
+	)
+
+	It("accepts growing storage and applies the defaults", func() {
+		c := fetch(createCluster(newCluster(namespace, func(c *pgv1.PostgresCluster) { c.Spec.Instances = 0 })))
+		Expect(c.Spec.Instances).To(Equal(int32(3)))
+		Expect(c.Spec.Storage.ReclaimPolicy).To(Equal(pgv1.PVCReclaimRetain))
+		Expect(c.Spec.Bootstrap.InitDB.Database).To(Equal("app"))
+		Expect(c.Spec.Bootstrap.InitDB.Owner).To(Equal("app"))
+		c = updateCluster(c, func(c *pgv1.PostgresCluster) { c.Spec.Storage.Size = resource.MustParse("5Gi") })
+		Expect(c.Spec.Storage.Size.String()).To(Equal("5Gi"))
+	})
+})
