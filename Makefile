@@ -114,7 +114,7 @@ test: manifests generate fmt vet envtest ## Run every test: unit, envtest suites
 
 .PHONY: demo
 demo: manifests envtest ## Run the operator against a local control plane with the sample cluster.
-	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" go run ./hack/demo
+	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" go run ./hack/demo $(DEMO_FLAGS)
 
 .PHONY: lint
 lint: golangci-lint ## Run golangci-lint linter

@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -25,6 +26,9 @@ import (
 // defaultRequeueInterval is how long to wait before looking again at something that is not
 // ready yet. Watches on the StatefulSet and the pods usually trigger the next reconcile sooner.
 const defaultRequeueInterval = 15 * time.Second
+
+// staleRetry is the delay before retrying a status write that raced a newer version.
+const staleRetry = time.Second
 
 // PostgresClusterReconciler drives PostgresClusters towards their spec.
 type PostgresClusterReconciler struct {
@@ -70,7 +74,7 @@ func (r *PostgresClusterReconciler) stages() []stage {
 }
 
 // +kubebuilder:rbac:groups=postgres.pgpilot.io,resources=postgresclusters,verbs=get;list;watch
-// +kubebuilder:rbac:groups=postgres.pgpilot.io,resources=postgresclusters/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=postgres.pgpilot.io,resources=postgresclusters/status,verbs=get;patch
 // +kubebuilder:rbac:groups=postgres.pgpilot.io,resources=postgresclusters/finalizers,verbs=update
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
@@ -86,11 +90,13 @@ func (r *PostgresClusterReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 
 	s := newScope(cluster)
 	result, err := r.runStages(ctx, s)
-	if statusErr := r.updateStatus(ctx, s, err); statusErr != nil && err == nil {
-		err = statusErr
-	}
-	if err != nil {
+	stale, statusErr := r.updateStatus(ctx, s, err)
+	if err = errors.Join(err, statusErr); err != nil {
 		return ctrl.Result{}, err
+	}
+	if stale && (result.RequeueAfter == 0 || result.RequeueAfter > staleRetry) {
+		// The cluster changed since the cache served it: look again once the cache caught up.
+		return ctrl.Result{RequeueAfter: staleRetry}, nil
 	}
 	return result, nil
 }

@@ -77,11 +77,11 @@ var _ = Describe("PostgresCluster reconciler", func() {
 		Expect(len(password)).To(BeNumerically(">=", 20))
 
 		c := updateCluster(cluster, func(c *pgv1.PostgresCluster) { c.Spec.Instances = 2 })
-		Eventually(func() int32 {
+		Eventually(func(g Gomega) {
 			sts := &appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{Name: c.Name, Namespace: c.Namespace}}
-			Expect(get(sts)).To(Succeed())
-			return *sts.Spec.Replicas
-		}).Should(Equal(int32(2)))
+			g.Expect(get(sts)).To(Succeed())
+			g.Expect(*sts.Spec.Replicas).To(Equal(int32(2)))
+		}).Should(Succeed())
 		Expect(get(secret)).To(Succeed())
 		Expect(string(secret.Data[corev1.BasicAuthPasswordKey])).To(Equal(password))
 	})

@@ -85,7 +85,7 @@ func (r *PostgresClusterReconciler) confirmPrimary(ctx context.Context, s *scope
 		}
 		recordWrite("Pod", "labelled")
 		if role == pgbuilder.RolePrimary {
-			r.event(s.cluster, corev1.EventTypeNormal, "PrimaryElected", "Label", "Pod %s is the primary", pod.Name)
+			r.event(s.cluster, pod, corev1.EventTypeNormal, "PrimaryElected", "Label", "Pod %s is the primary", pod.Name)
 		}
 	}
 	return ctrl.Result{}, nil

@@ -76,6 +76,9 @@ func ensureOwned[A apply.Config[A]](ctx context.Context, r *PostgresClusterRecon
 	recordWrite(kind, string(outcome))
 	verb := map[apply.Outcome]string{apply.Created: "Created", apply.Updated: "Updated"}[outcome]
 	logf.FromContext(ctx).Info(verb+" owned object", "kind", kind, "name", name)
-	r.event(s.cluster, corev1.EventTypeNormal, verb, verb, "%s %s %s", verb, kind, name)
+	// live is empty after a create; name it so the event can point at it.
+	live.SetName(name)
+	live.SetNamespace(s.cluster.Namespace)
+	r.event(s.cluster, live, corev1.EventTypeNormal, verb, verb, "%s %s %s", verb, kind, name)
 	return nil
 }

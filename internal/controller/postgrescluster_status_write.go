@@ -6,8 +6,10 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
@@ -15,19 +17,26 @@ import (
 )
 
 // updateStatus writes the observed status through the status subresource, and only when it
-// changed: an idle cluster costs no writes. reconcileErr is already recorded in the scope.
-func (r *PostgresClusterReconciler) updateStatus(ctx context.Context, s *scope, reconcileErr error) error {
+// changed: an idle cluster costs no writes. The patch is conditional on the resourceVersion
+// read: a reconcile working from a stale cache must not write (and announce) a transition a
+// previous reconcile already wrote; it reports stale instead. reconcileErr is already recorded
+// in the scope.
+func (r *PostgresClusterReconciler) updateStatus(ctx context.Context, s *scope, reconcileErr error) (stale bool, err error) {
 	computeStatus(&s.cluster.Status, observe(s))
 	if equality.Semantic.DeepEqual(s.original.Status, s.cluster.Status) {
-		return nil
+		return false, nil
 	}
-	if err := r.Status().Patch(ctx, s.cluster, client.MergeFrom(s.original)); err != nil {
-		return fmt.Errorf("patch status: %w", client.IgnoreNotFound(err))
+	patch := client.MergeFromWithOptions(s.original, client.MergeFromWithOptimisticLock{})
+	switch err := r.Status().Patch(ctx, s.cluster, patch); {
+	case apierrors.IsConflict(err):
+		return true, nil
+	case err != nil:
+		return false, fmt.Errorf("patch status: %w", client.IgnoreNotFound(err))
 	}
 	recordWrite("PostgresCluster/status", "patched")
 	logf.FromContext(ctx).V(1).Info("status updated", "phase", s.cluster.Status.Phase, "reconcileError", reconcileErr)
 	r.announceTransitions(s.original, s.cluster)
-	return nil
+	return false, nil
 }
 
 // announceTransitions emits one Event per condition that changed status, so `kubectl describe`
@@ -45,14 +54,16 @@ func (r *PostgresClusterReconciler) announceTransitions(before, after *pgv1.Post
 		if c.Type == pgv1.ConditionDegraded && c.Status == metav1.ConditionTrue {
 			eventType = corev1.EventTypeWarning
 		}
-		r.event(after, eventType, c.Reason, "Reconcile", "%s=%s: %s", c.Type, c.Status, c.Message)
+		r.event(after, nil, eventType, c.Reason, "Reconcile", "%s=%s: %s", c.Type, c.Status, c.Message)
 	}
 }
 
-// event records a Kubernetes Event about the cluster; a nil recorder (unit tests) is silent.
-func (r *PostgresClusterReconciler) event(cluster *pgv1.PostgresCluster, eventType, reason, action, note string, args ...any) {
+// event records a Kubernetes Event about the cluster, naming the related object (if any) so
+// that events about different children are not merged into one series. A nil recorder (unit
+// tests) is silent.
+func (r *PostgresClusterReconciler) event(cluster *pgv1.PostgresCluster, related runtime.Object, eventType, reason, action, note string, args ...any) {
 	if r.Recorder == nil {
 		return
 	}
-	r.Recorder.Eventf(cluster, nil, eventType, reason, action, note, args...)
+	r.Recorder.Eventf(cluster, related, eventType, reason, action, note, args...)
 }
