@@ -21,7 +21,7 @@ func (r *PostgresClusterReconciler) ensureConfigMap(ctx context.Context, s *scop
 	return ctrl.Result{}, ensureOwned(ctx, r, s, pgbuilder.BuildConfigMap(s.cluster), &corev1.ConfigMap{})
 }
 
-// +kubebuilder:rbac:groups=apps,resources=statefulsets,verbs=get;list;watch;create;patch
+// +kubebuilder:rbac:groups=apps,resources=statefulsets,verbs=get;list;watch;create;patch;delete
 
 func (r *PostgresClusterReconciler) ensureStatefulSet(ctx context.Context, s *scope) (ctrl.Result, error) {
 	image := s.cluster.Spec.Image
@@ -36,6 +36,9 @@ func (r *PostgresClusterReconciler) ensureStatefulSet(ctx context.Context, s *sc
 	if err != nil {
 		s.fail("InvalidSpec", err.Error())
 		return ctrl.Result{}, nil
+	}
+	if replaced, err := r.replaceForLargerVolumes(ctx, s); err != nil || replaced {
+		return r.notYet(), err
 	}
 	sts := &appsv1.StatefulSet{}
 	if err := ensureOwned(ctx, r, s, desired, sts); err != nil {
