@@ -58,6 +58,7 @@ func init() {
 func main() {
 	var metricsAddr, metricsCertPath, metricsCertName, metricsCertKey string
 	var enableLeaderElection bool
+	var leaderElectionNamespace string
 	var probeAddr string
 	var secureMetrics bool
 	var enableHTTP2 bool
@@ -70,6 +71,9 @@ func main() {
 	flag.BoolVar(&enableLeaderElection, "leader-elect", false,
 		"Enable leader election for controller manager. "+
 			"Enabling this will ensure there is only one active controller manager.")
+	flag.StringVar(&leaderElectionNamespace, "leader-election-namespace", "",
+		"Namespace of the leader election Lease. Empty means the namespace the manager runs in, "+
+			"which can only be detected in a cluster: set it when running the manager outside one.")
 	flag.BoolVar(&secureMetrics, "metrics-secure", true,
 		"If set, the metrics endpoint is served securely via HTTPS. Use --metrics-secure=false to use HTTP instead.")
 	flag.StringVar(&metricsCertPath, "metrics-cert-path", "",
@@ -144,12 +148,13 @@ func main() {
 	setupLog.Info("watching", "namespaces", watchNamespaces)
 
 	mgr, err := ctrl.NewManager(ctrl.GetConfigOrDie(), ctrl.Options{
-		Scheme:                 scheme,
-		Metrics:                metricsServerOptions,
-		Cache:                  controller.CacheOptions(watchNamespaces),
-		HealthProbeBindAddress: probeAddr,
-		LeaderElection:         enableLeaderElection,
-		LeaderElectionID:       "pgpilot-operator.pgpilot.io",
+		Scheme:                  scheme,
+		Metrics:                 metricsServerOptions,
+		Cache:                   controller.CacheOptions(watchNamespaces),
+		HealthProbeBindAddress:  probeAddr,
+		LeaderElection:          enableLeaderElection,
+		LeaderElectionID:        "pgpilot-operator.pgpilot.io",
+		LeaderElectionNamespace: leaderElectionNamespace,
 		// The process exits as soon as the manager stops, so releasing the lease on the way out
 		// is safe, and lets a standby take over without waiting for the lease to expire.
 		LeaderElectionReleaseOnCancel: true,

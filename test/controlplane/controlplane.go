@@ -51,6 +51,8 @@ func Start(crdDirs ...string) (*ControlPlane, error) {
 		BinaryAssetsDirectory: assets,
 	}}
 	if cp.Config, err = cp.Env.Start(); err != nil {
+		// envtest leaves etcd and kube-apiserver running when a later step (CRDs) fails.
+		_ = cp.Stop()
 		return nil, fmt.Errorf("start envtest: %w", err)
 	}
 	if err := cp.startControllerManager(filepath.Join(assets, "kube-controller-manager")); err != nil {
