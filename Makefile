@@ -112,6 +112,10 @@ vet: ## Run go vet against code.
 test: manifests generate fmt vet envtest ## Run every test: unit, envtest suites on a real kube-apiserver + kube-controller-manager.
 	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" go test $(GO_TEST_FLAGS) ./... -coverprofile cover.out
 
+.PHONY: bench
+bench: manifests envtest ## Measure API load, CPU and cache memory; fail when test/bench/budgets.yaml is exceeded.
+	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" go run ./test/bench $(BENCH_FLAGS)
+
 .PHONY: demo
 demo: manifests envtest ## Run the operator against a local control plane with the sample cluster.
 	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" go run ./hack/demo $(DEMO_FLAGS)

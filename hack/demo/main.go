@@ -18,12 +18,10 @@ import (
 	"syscall"
 	"time"
 
-	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	"sigs.k8s.io/yaml"
 
 	pgv1 "github.com/pgpilot/pgpilot-operator/api/v1alpha1"
@@ -64,7 +62,8 @@ func run(ctx context.Context, exitAfter bool) error {
 	}
 
 	step("granting the operator's identity exactly the ClusterRole in config/rbac/role.yaml")
-	operatorKubeconfig, err := grantOperatorRole(ctx, cp, admin)
+	operatorKubeconfig, err := cp.UserKubeconfig(ctx, admin, operatorUser,
+		filepath.Join("config", "rbac", "role.yaml"), "default")
 	if err != nil {
 		return err
 	}
@@ -118,31 +117,6 @@ func joinArgs(args []string) string {
 		out += a
 	}
 	return out
-}
-
-// grantOperatorRole binds the generated manager ClusterRole to a user of its own, so the demo
-// runs the operator with the permissions it ships with, not as cluster admin.
-func grantOperatorRole(ctx context.Context, cp *controlplane.ControlPlane, admin client.Client) (string, error) {
-	data, err := os.ReadFile(filepath.Join("config", "rbac", "role.yaml"))
-	if err != nil {
-		return "", err
-	}
-	role := &rbacv1.ClusterRole{}
-	if err := yaml.Unmarshal(data, role); err != nil {
-		return "", fmt.Errorf("decode role.yaml: %w", err)
-	}
-	if err := admin.Create(ctx, role); err != nil {
-		return "", fmt.Errorf("create ClusterRole %s: %w", role.Name, err)
-	}
-	binding := &rbacv1.ClusterRoleBinding{
-		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role.Name},
-		Subjects: []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: operatorUser}},
-	}
-	binding.Name = operatorUser
-	if err := admin.Create(ctx, binding); err != nil {
-		return "", fmt.Errorf("create ClusterRoleBinding: %w", err)
-	}
-	return cp.Kubeconfig(envtest.User{Name: operatorUser})
 }
 
 func startOperator(ctx context.Context, kubeconfig, logPath string) (*exec.Cmd, error) {

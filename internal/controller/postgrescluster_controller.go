@@ -90,6 +90,7 @@ func (r *PostgresClusterReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 
 	s := newScope(cluster)
 	result, err := r.runStages(ctx, s)
+	r.announceWrites(s)
 	stale, statusErr := r.updateStatus(ctx, s, err)
 	if err = errors.Join(err, statusErr); err != nil {
 		return ctrl.Result{}, err

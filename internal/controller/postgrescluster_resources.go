@@ -65,7 +65,7 @@ func (r *PostgresClusterReconciler) ensurePodDisruptionBudget(ctx context.Contex
 	return ctrl.Result{}, ensureOwned(ctx, r, s, pgbuilder.BuildPodDisruptionBudget(s.cluster), &policyv1.PodDisruptionBudget{})
 }
 
-// ensureOwned applies one owned object when it differs from the cache, and tells the user.
+// ensureOwned applies one owned object when it differs from the cache, and notes the write.
 // live receives the object as cached (or nothing, when it was just created).
 func ensureOwned[A apply.Config[A]](ctx context.Context, r *PostgresClusterReconciler, s *scope, desired A, live client.Object) error {
 	kind, name := *desired.GetKind(), *desired.GetName()
@@ -73,15 +73,15 @@ func ensureOwned[A apply.Config[A]](ctx context.Context, r *PostgresClusterRecon
 	if err != nil {
 		return fmt.Errorf("ensure %s %s: %w", kind, name, err)
 	}
-	if outcome == apply.Unchanged {
+	switch outcome {
+	case apply.Created:
+		s.created = append(s.created, kind+" "+name)
+	case apply.Updated:
+		s.updated = append(s.updated, kind+" "+name)
+	default:
 		return nil
 	}
 	recordWrite(kind, string(outcome))
-	verb := map[apply.Outcome]string{apply.Created: "Created", apply.Updated: "Updated"}[outcome]
-	logf.FromContext(ctx).Info(verb+" owned object", "kind", kind, "name", name)
-	// live is empty after a create; name it so the event can point at it.
-	live.SetName(name)
-	live.SetNamespace(s.cluster.Namespace)
-	r.event(s.cluster, live, corev1.EventTypeNormal, verb, verb, "%s %s %s", verb, kind, name)
+	logf.FromContext(ctx).Info("applied owned object", "kind", kind, "name", name, "outcome", outcome)
 	return nil
 }

@@ -36,7 +36,7 @@ func (r *PostgresClusterReconciler) ensureSecrets(ctx context.Context, s *scope)
 			return ctrl.Result{}, fmt.Errorf("create secret %s: %w", cred.SecretName, err)
 		}
 		recordWrite("Secret", "created")
-		r.event(c, secret, corev1.EventTypeNormal, "Created", "Create", "Created Secret %s for role %s", cred.SecretName, cred.Username)
+		s.created = append(s.created, "Secret "+cred.SecretName)
 	}
 	if pgbuilder.UsesUserAppSecret(c) {
 		return r.checkUserSecret(ctx, s)

@@ -47,8 +47,8 @@ func (r *PostgresClusterReconciler) announceTransitions(before, after *pgv1.Post
 		if old != nil && old.Status == c.Status && old.Reason == c.Reason {
 			continue
 		}
-		if c.Type == pgv1.ConditionDegraded && c.Status == metav1.ConditionFalse && old == nil {
-			continue // "not degraded" at birth is no news
+		if old == nil && c.Status == metav1.ConditionFalse {
+			continue // "not ready", "not degraded" at birth is no news
 		}
 		eventType := corev1.EventTypeNormal
 		if c.Type == pgv1.ConditionDegraded && c.Status == metav1.ConditionTrue {
@@ -56,6 +56,33 @@ func (r *PostgresClusterReconciler) announceTransitions(before, after *pgv1.Post
 		}
 		r.event(after, nil, eventType, c.Reason, "Reconcile", "%s=%s: %s", c.Type, c.Status, c.Message)
 	}
+}
+
+// announceWrites emits one Event for the owned objects this reconcile created and one for
+// those it updated: a new cluster gets one "Created" event, not one per child.
+func (r *PostgresClusterReconciler) announceWrites(s *scope) {
+	if len(s.created) > 0 {
+		r.event(s.cluster, nil, corev1.EventTypeNormal, "Created", "Create", "Created %s", joinCapped(s.created))
+	}
+	if len(s.updated) > 0 {
+		r.event(s.cluster, nil, corev1.EventTypeNormal, "Updated", "Update", "Updated %s", joinCapped(s.updated))
+	}
+}
+
+// joinCapped lists names within the Event note's 1 KiB limit.
+func joinCapped(names []string) string {
+	const limit = 900
+	out := ""
+	for i, n := range names {
+		if len(out)+len(n) > limit {
+			return out + fmt.Sprintf(" and %d more", len(names)-i)
+		}
+		if i > 0 {
+			out += ", "
+		}
+		out += n
+	}
+	return out
 }
 
 // event records a Kubernetes Event about the cluster, naming the related object (if any) so

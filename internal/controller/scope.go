@@ -20,6 +20,9 @@ type scope struct {
 	waiting *reasonMessage
 	// failure says why the cluster cannot proceed: bad input or an error.
 	failure *reasonMessage
+	// created and updated name the owned objects this reconcile wrote ("Kind name"), for one
+	// Event each instead of one per object.
+	created, updated []string
 }
 
 type reasonMessage struct {

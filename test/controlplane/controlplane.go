@@ -29,9 +29,22 @@ type ControlPlane struct {
 	kcm *exec.Cmd
 }
 
+// Options shape the control plane.
+type Options struct {
+	// CRDDirs hold CRDs to install once the API server is up.
+	CRDDirs []string
+	// APIServerFlags are extra kube-apiserver flags, such as an audit policy.
+	APIServerFlags map[string]string
+}
+
 // Start brings the control plane up with the CRDs found in crdDirs installed.
 // It fails, never skips, when the binaries are missing.
 func Start(crdDirs ...string) (*ControlPlane, error) {
+	return StartWith(Options{CRDDirs: crdDirs})
+}
+
+// StartWith brings the control plane up as opts say.
+func StartWith(opts Options) (*ControlPlane, error) {
 	assets := os.Getenv("KUBEBUILDER_ASSETS")
 	if assets == "" {
 		return nil, errors.New("KUBEBUILDER_ASSETS is not set: run the tests through `make test`, which builds the control plane")
@@ -46,10 +59,13 @@ func Start(crdDirs ...string) (*ControlPlane, error) {
 		return nil, err
 	}
 	cp := &ControlPlane{Dir: dir, Env: &envtest.Environment{
-		CRDDirectoryPaths:     crdDirs,
-		ErrorIfCRDPathMissing: len(crdDirs) > 0,
+		CRDDirectoryPaths:     opts.CRDDirs,
+		ErrorIfCRDPathMissing: len(opts.CRDDirs) > 0,
 		BinaryAssetsDirectory: assets,
 	}}
+	for flag, value := range opts.APIServerFlags {
+		cp.Env.ControlPlane.GetAPIServer().Configure().Set(flag, value)
+	}
 	if cp.Config, err = cp.Env.Start(); err != nil {
 		// envtest leaves etcd and kube-apiserver running when a later step (CRDs) fails.
 		_ = cp.Stop()

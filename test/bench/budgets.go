@@ -1,0 +1,49 @@
+package main
+
+import (
+	"fmt"
+	"os"
+
+	"sigs.k8s.io/yaml"
+)
+
+// budgets are the counts a change is held to (budgets.yaml).
+type budgets struct {
+	IdleWritesPerMinuteBeyondLeaderElection float64 `json:"idleWritesPerMinuteBeyondLeaderElection"`
+	IdleUncachedReadsPerMinute              float64 `json:"idleUncachedReadsPerMinute"`
+	RestartWrites                           int     `json:"restartWrites"`
+	RestartEvents                           int     `json:"restartEvents"`
+	CacheGrowthMiB                          float64 `json:"cacheGrowthMiB"`
+	MaxRequestsPerConvergedCluster          float64 `json:"maxRequestsPerConvergedCluster"`
+	MaxRequestsPerChangedCluster            float64 `json:"maxRequestsPerChangedCluster"`
+}
+
+func loadBudgets(path string) (budgets, error) {
+	var b budgets
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return b, err
+	}
+	return b, yaml.UnmarshalStrict(data, &b)
+}
+
+// violations compares a report with the budgets; each line is one budget exceeded.
+func (b budgets) violations(r *report) []string {
+	var out []string
+	check := func(name string, got, limit float64) {
+		if got > limit {
+			out = append(out, fmt.Sprintf("%s: %.2f exceeds the budget of %.2f", name, got, limit))
+		}
+	}
+	check("idle writes/min beyond leader election", r.Idle.WritesPerMinute, b.IdleWritesPerMinuteBeyondLeaderElection)
+	check("idle uncached reads/min", r.Idle.ReadsPerMinute, b.IdleUncachedReadsPerMinute)
+	check("writes after a restart", float64(r.Restart.Writes), float64(b.RestartWrites))
+	check("events after a restart", float64(r.Restart.Events), float64(b.RestartEvents))
+	check("idle events", float64(r.Idle.Requests.Events), 0)
+	if r.Cache != nil {
+		check("cache growth (heap MiB)", r.Cache.HeapGrowthMiB, b.CacheGrowthMiB)
+	}
+	check("requests per converged cluster", r.Converge.RequestsPerCluster, b.MaxRequestsPerConvergedCluster)
+	check("requests per changed cluster", r.Churn.RequestsPerCluster, b.MaxRequestsPerChangedCluster)
+	return out
+}

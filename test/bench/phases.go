@@ -1,0 +1,181 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// phaseRunner runs the benchmark's phases against one control plane and operator.
+type phaseRunner struct {
+	ctx      context.Context
+	admin    client.Client
+	auditLog string
+	op       *operator
+	cfg      config
+	progress func(string)
+}
+
+// converge: every cluster created at once, until every child exists and the operator is quiet.
+func (p *phaseRunner) converge(r *report) error {
+	n := p.cfg.Clusters
+	p.progress(fmt.Sprintf("converge: creating %d PostgresClusters at once", n))
+	start := time.Now()
+	if err := createClusters(p.ctx, p.admin, n); err != nil {
+		return fmt.Errorf("create clusters: %w", err)
+	}
+	if err := waitFor(p.ctx, 10*time.Minute, func() bool {
+		ok, err := converged(p.ctx, p.admin, n)
+		return err == nil && ok
+	}); err != nil {
+		return fmt.Errorf("converge: %w", err)
+	}
+	r.Converge.Seconds = time.Since(start).Seconds()
+	end, err := p.waitQuiet()
+	if err != nil {
+		return err
+	}
+	w, err := p.window(start, end)
+	if err != nil {
+		return err
+	}
+	r.Converge.Requests = w
+	r.Converge.RequestsPerCluster = float64(w.NonLeaseRequests) / float64(n)
+	return nil
+}
+
+// idle: the converged clusters wait at bootstrap; nothing should be written or read.
+func (p *phaseRunner) idle(r *report) error {
+	p.progress(fmt.Sprintf("idle: leaving the clusters alone for %s", p.cfg.Idle))
+	cpuBefore, err := p.op.cpuSeconds()
+	if err != nil {
+		return err
+	}
+	start := time.Now()
+	select {
+	case <-p.ctx.Done():
+		return p.ctx.Err()
+	case <-time.After(p.cfg.Idle):
+	}
+	end := time.Now()
+	cpuAfter, err := p.op.cpuSeconds()
+	if err != nil {
+		return err
+	}
+	w, err := p.window(start, end)
+	if err != nil {
+		return err
+	}
+	minutes := end.Sub(start).Minutes()
+	r.Idle = idleResult{
+		Requests:                     w,
+		WritesPerMinute:              float64(w.Writes) / minutes,
+		ReadsPerMinute:               float64(w.Reads) / minutes,
+		LeaderElectionRequestsPerMin: float64(w.LeaderElection) / minutes,
+		CPUMillisecondsPerMinute:     1000 * (cpuAfter - cpuBefore) / minutes,
+	}
+	return nil
+}
+
+// churn: one spec change to every cluster.
+func (p *phaseRunner) churn(r *report) error {
+	n := p.cfg.Clusters
+	p.progress(fmt.Sprintf("churn: changing a parameter of all %d clusters", n))
+	start := time.Now()
+	if err := changeEveryCluster(p.ctx, p.admin, n); err != nil {
+		return fmt.Errorf("change clusters: %w", err)
+	}
+	if err := waitFor(p.ctx, 10*time.Minute, func() bool {
+		ok, err := churnApplied(p.ctx, p.admin, n)
+		return err == nil && ok
+	}); err != nil {
+		return fmt.Errorf("churn: %w", err)
+	}
+	r.Churn.Seconds = time.Since(start).Seconds()
+	end, err := p.waitQuiet()
+	if err != nil {
+		return err
+	}
+	w, err := p.window(start, end)
+	if err != nil {
+		return err
+	}
+	r.Churn.Requests = w
+	r.Churn.RequestsPerCluster = float64(w.NonLeaseRequests) / float64(n)
+	return nil
+}
+
+// restart: a new manager process must pick up where the last one stopped, writing nothing.
+// Its memory without unrelated objects is the cache-bound baseline.
+func (p *phaseRunner) restart(r *report) error {
+	p.progress("restart: a fresh manager over the converged clusters")
+	start := time.Now()
+	if err := p.restartOperator(); err != nil {
+		return err
+	}
+	end, err := p.waitQuiet()
+	if err != nil {
+		return err
+	}
+	w, err := p.window(start, end)
+	if err != nil {
+		return err
+	}
+	r.Restart = w
+	r.Memory.RSSMiB, r.Memory.HeapMiB, err = p.op.memory(p.ctx, 5)
+	return err
+}
+
+// cache: the same manager memory with many unrelated Secrets and ConfigMaps in the cluster.
+func (p *phaseRunner) cache(r *report) error {
+	if p.cfg.Unrelated == 0 {
+		return nil
+	}
+	p.progress(fmt.Sprintf("cache bound: creating %d unrelated Secrets and %d ConfigMaps", p.cfg.Unrelated, p.cfg.Unrelated))
+	if err := createUnrelated(p.ctx, p.admin, p.cfg.Unrelated); err != nil {
+		return fmt.Errorf("create unrelated objects: %w", err)
+	}
+	if err := p.restartOperator(); err != nil {
+		return err
+	}
+	if _, err := p.waitQuiet(); err != nil {
+		return err
+	}
+	rss, heap, err := p.op.memory(p.ctx, 5)
+	if err != nil {
+		return err
+	}
+	r.Cache = &cacheResult{RSSMiB: rss, HeapMiB: heap,
+		RSSGrowthMiB: rss - r.Memory.RSSMiB, HeapGrowthMiB: heap - r.Memory.HeapMiB}
+	return nil
+}
+
+func (p *phaseRunner) restartOperator() error {
+	p.op.stop()
+	return p.op.start(p.ctx)
+}
+
+// waitQuiet waits until the operator made no request besides leader election for quietPeriod,
+// and returns when its last request was.
+func (p *phaseRunner) waitQuiet() (time.Time, error) {
+	var last time.Time
+	err := waitFor(p.ctx, 10*time.Minute, func() bool {
+		requests, err := readAudit(p.auditLog)
+		if err != nil {
+			return false
+		}
+		last = lastNonLeaseRequest(requests)
+		return time.Since(last) > quietPeriod
+	})
+	return last.Add(time.Millisecond), err
+}
+
+func (p *phaseRunner) window(from, to time.Time) (window, error) {
+	requests, err := readAudit(p.auditLog)
+	if err != nil {
+		return window{}, err
+	}
+	return summarise(requests, from, to), nil
+}

@@ -1,0 +1,89 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"text/tabwriter"
+)
+
+type report struct {
+	Config   config      `json:"config"`
+	Machine  string      `json:"machine"`
+	Converge phaseResult `json:"converge"`
+	Idle     idleResult  `json:"idle"`
+	Churn    phaseResult `json:"churn"`
+	// Restart is what a fresh manager did over the converged clusters.
+	Restart window `json:"restart"`
+	// Memory of a fresh manager over the clusters, without unrelated objects.
+	Memory struct {
+		RSSMiB  float64 `json:"rssMiB"`
+		HeapMiB float64 `json:"heapMiB"`
+	} `json:"memory"`
+	Cache *cacheResult `json:"cache,omitempty"`
+}
+
+type phaseResult struct {
+	Seconds            float64 `json:"seconds"`
+	RequestsPerCluster float64 `json:"requestsPerCluster"`
+	Requests           window  `json:"requests"`
+}
+
+type idleResult struct {
+	WritesPerMinute              float64 `json:"writesPerMinute"`
+	ReadsPerMinute               float64 `json:"uncachedReadsPerMinute"`
+	LeaderElectionRequestsPerMin float64 `json:"leaderElectionRequestsPerMinute"`
+	CPUMillisecondsPerMinute     float64 `json:"cpuMillisecondsPerMinute"`
+	Requests                     window  `json:"requests"`
+}
+
+type cacheResult struct {
+	RSSMiB        float64 `json:"rssMiB"`
+	HeapMiB       float64 `json:"heapMiB"`
+	RSSGrowthMiB  float64 `json:"rssGrowthMiB"`
+	HeapGrowthMiB float64 `json:"heapGrowthMiB"`
+}
+
+func (r *report) print(out io.Writer) {
+	fmt.Fprintf(out, "\npgpilot benchmark: %d clusters, idle %s, %d unrelated objects per kind (%s)\n\n",
+		r.Config.Clusters, r.Config.Idle, r.Config.Unrelated, r.Machine)
+	t := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+	row := func(cells ...any) {
+		parts := make([]string, len(cells))
+		for i, c := range cells {
+			parts[i] = fmt.Sprint(c)
+		}
+		fmt.Fprintln(t, strings.Join(parts, "\t"))
+	}
+	row("phase", "measure", "value")
+	row("converge", "time until every child exists (s)", fmt.Sprintf("%.1f", r.Converge.Seconds))
+	row("converge", "API requests per cluster", fmt.Sprintf("%.2f", r.Converge.RequestsPerCluster))
+	row("idle", "writes/min (besides leader election)", fmt.Sprintf("%.2f", r.Idle.WritesPerMinute))
+	row("idle", "uncached reads/min", fmt.Sprintf("%.2f", r.Idle.ReadsPerMinute))
+	row("idle", "leader election requests/min", fmt.Sprintf("%.2f", r.Idle.LeaderElectionRequestsPerMin))
+	row("idle", "operator CPU (ms/min)", fmt.Sprintf("%.0f", r.Idle.CPUMillisecondsPerMinute))
+	row("churn", "time to roll a parameter into all (s)", fmt.Sprintf("%.1f", r.Churn.Seconds))
+	row("churn", "API requests per changed cluster", fmt.Sprintf("%.2f", r.Churn.RequestsPerCluster))
+	row("restart", "writes by a fresh manager", r.Restart.Writes)
+	row("memory", "RSS / Go heap (MiB)", fmt.Sprintf("%.1f / %.1f", r.Memory.RSSMiB, r.Memory.HeapMiB))
+	if r.Cache != nil {
+		row("cache bound", "RSS / Go heap with unrelated objects (MiB)", fmt.Sprintf("%.1f / %.1f", r.Cache.RSSMiB, r.Cache.HeapMiB))
+		row("cache bound", "growth RSS / Go heap (MiB)", fmt.Sprintf("%+.1f / %+.1f", r.Cache.RSSGrowthMiB, r.Cache.HeapGrowthMiB))
+	}
+	_ = t.Flush()
+	for _, phase := range []struct {
+		name string
+		w    window
+	}{{"converge", r.Converge.Requests}, {"idle", r.Idle.Requests}, {"churn", r.Churn.Requests}, {"restart", r.Restart}} {
+		fmt.Fprintf(out, "\n%s requests by verb and resource:\n", phase.name)
+		keys := make([]string, 0, len(phase.w.ByVerbResource))
+		for k := range phase.w.ByVerbResource {
+			keys = append(keys, k)
+		}
+		slices.Sort(keys)
+		for _, k := range keys {
+			fmt.Fprintf(out, "  %-45s %d\n", k, phase.w.ByVerbResource[k])
+		}
+	}
+}
