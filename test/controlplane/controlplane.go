@@ -63,6 +63,8 @@ func StartWith(opts Options) (*ControlPlane, error) {
 		ErrorIfCRDPathMissing: len(opts.CRDDirs) > 0,
 		BinaryAssetsDirectory: assets,
 	}}
+	// envtest's default /24 runs out after ~250 Services; benchmarks create thousands.
+	cp.Env.ControlPlane.GetAPIServer().Configure().Set("service-cluster-ip-range", "10.0.0.0/16")
 	for flag, value := range opts.APIServerFlags {
 		cp.Env.ControlPlane.GetAPIServer().Configure().Set(flag, value)
 	}

@@ -38,6 +38,12 @@ var (
 // is attached to the report when the spec fails.
 func startManager(name string, args ...string) *managerProcess {
 	GinkgoHelper()
+	return startManagerWithEnv(name, nil, args...)
+}
+
+// startManagerWithEnv is startManager with extra environment variables ("KEY=value").
+func startManagerWithEnv(name string, env []string, args ...string) *managerProcess {
+	GinkgoHelper()
 	m := &managerProcess{
 		name:        name,
 		logPath:     filepath.Join(workDir, fmt.Sprintf("%s-%d.log", name, time.Now().UnixNano())),
@@ -57,6 +63,7 @@ func startManager(name string, args ...string) *managerProcess {
 		"KUBECONFIG="+managerKubeconfig,
 		"RELATED_IMAGE_POSTGRES=postgres:15",
 	)
+	m.cmd.Env = append(m.cmd.Env, env...)
 	m.cmd.Stdout, m.cmd.Stderr = logFile, logFile
 	// If the test process dies without running AfterSuite, the kernel kills the manager too.
 	m.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
