@@ -28,4 +28,3 @@ func TestBudgetsReduced(t *testing.T) {
 		t.Error("budget exceeded:", v)
 	}
 }
-
