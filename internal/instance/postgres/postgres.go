@@ -1,0 +1,201 @@
+// Package postgres runs one local PostgreSQL server for the instance agent: initdb or a clone
+// of the primary, the postmaster as a child process, reload, promote and a clean shutdown.
+// Everything goes through the server's own binaries; nothing here is simulated.
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"time"
+)
+
+// Instance is the local PostgreSQL server of one pod.
+type Instance struct {
+	// BinDir holds initdb, postgres and pg_basebackup.
+	BinDir string
+	// DataDir is PGDATA.
+	DataDir string
+	// ConfigFile is pgpilot's postgresql.conf (from the cluster's ConfigMap).
+	ConfigFile string
+	// Settings override the configuration file on the command line: the agent decides where
+	// the data, the socket and the port are, whatever the file says.
+	Settings map[string]string
+	// Port and SocketDir say how the agent itself connects.
+	Port      int
+	SocketDir string
+	// Output receives the server's log.
+	Output io.Writer
+	// RunAs runs the server binaries as another user. In a pod the agent already runs as the
+	// postgres user; tests running as root need it, as PostgreSQL refuses to run as root.
+	RunAs *syscall.Credential
+
+	postmaster *exec.Cmd
+	exited     chan error
+}
+
+// Initialised reports whether DataDir holds a cluster.
+func (i *Instance) Initialised() bool {
+	_, err := os.Stat(filepath.Join(i.DataDir, "PG_VERSION"))
+	return err == nil
+}
+
+// InitDB creates a new cluster: superuser postgres with the given password, data checksums,
+// scram-sha-256 for every password, peer authentication on the local socket.
+func (i *Instance) InitDB(ctx context.Context, superuserPassword string) error {
+	pwfile, err := i.writeSecretFile("pgpilot-initdb-pw", superuserPassword)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = os.Remove(pwfile) }()
+	return i.run(ctx, "initdb",
+		"--pgdata="+i.DataDir,
+		"--username=postgres",
+		"--pwfile="+pwfile,
+		"--auth-local=peer",
+		"--auth-host=scram-sha-256",
+		"--data-checksums",
+		"--encoding=UTF8",
+		"--locale=C",
+	)
+}
+
+// Clone copies the primary's data with pg_basebackup as a streaming standby: standby.signal
+// and primary_conninfo are written (-R), and a physical replication slot named slot is
+// created on the primary (-C) so it keeps the WAL this standby has not received yet.
+func (i *Instance) Clone(ctx context.Context, primaryConnInfo, slot string) error {
+	return i.run(ctx, "pg_basebackup",
+		"--pgdata="+i.DataDir,
+		"--dbname="+primaryConnInfo,
+		"--wal-method=stream",
+		"--write-recovery-conf",
+		"--create-slot", "--slot="+slot,
+		"--checkpoint=fast",
+		"--no-password",
+	)
+}
+
+// Start runs the postmaster as a child process and returns once it is started (not ready).
+func (i *Instance) Start() error {
+	if i.postmaster != nil {
+		return errors.New("postmaster already started")
+	}
+	args := []string{"-D", i.DataDir}
+	if i.ConfigFile != "" {
+		args = append(args, "-c", "config_file="+i.ConfigFile)
+	}
+	for k, v := range i.Settings {
+		args = append(args, "-c", k+"="+v)
+	}
+	args = append(args, "-c", "port="+strconv.Itoa(i.Port), "-c", "unix_socket_directories="+i.SocketDir)
+	cmd := i.command("postgres", args...)
+	// The postmaster gets its own process group: a terminal's Ctrl-C must reach the agent,
+	// which then shuts PostgreSQL down in order.
+	cmd.SysProcAttr.Setpgid = true
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("start postgres: %w", err)
+	}
+	i.postmaster, i.exited = cmd, make(chan error, 1)
+	go func() { i.exited <- cmd.Wait() }()
+	return nil
+}
+
+// Exited delivers the postmaster's exit once it stops.
+func (i *Instance) Exited() <-chan error { return i.exited }
+
+// Running reports whether the postmaster is still alive.
+func (i *Instance) Running() bool {
+	if i.postmaster == nil {
+		return false
+	}
+	select {
+	case err := <-i.exited:
+		i.exited <- err // keep it for the next reader
+		return false
+	default:
+		return true
+	}
+}
+
+// Reload makes the server re-read its configuration files (SIGHUP).
+func (i *Instance) Reload() error {
+	if !i.Running() {
+		return errors.New("postgres is not running")
+	}
+	return i.postmaster.Process.Signal(syscall.SIGHUP)
+}
+
+// Stop shuts the server down: fast mode first (disconnect clients, checkpoint), immediate mode
+// when that takes longer than grace (crash recovery on the next start, no data lost).
+func (i *Instance) Stop(grace time.Duration) error {
+	if !i.Running() {
+		return nil
+	}
+	_ = i.postmaster.Process.Signal(syscall.SIGINT)
+	select {
+	case <-i.exited:
+		return nil
+	case <-time.After(grace):
+	}
+	_ = i.postmaster.Process.Signal(syscall.SIGQUIT)
+	select {
+	case <-i.exited:
+		return fmt.Errorf("postgres needed an immediate shutdown after %s", grace)
+	case <-time.After(10 * time.Second):
+		_ = i.postmaster.Process.Kill()
+		return errors.New("postgres did not stop; killed")
+	}
+}
+
+// Promote turns a standby into a primary and waits until it accepts writes.
+func (i *Instance) Promote(ctx context.Context) error {
+	return i.run(ctx, "pg_ctl", "promote", "-D", i.DataDir, "-w", "-t", "60")
+}
+
+func (i *Instance) run(ctx context.Context, binary string, args ...string) error {
+	cmd := exec.CommandContext(ctx, filepath.Join(i.BinDir, binary), args...)
+	i.prepare(cmd)
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("%s: %w", binary, err)
+	}
+	return nil
+}
+
+func (i *Instance) command(binary string, args ...string) *exec.Cmd {
+	cmd := exec.Command(filepath.Join(i.BinDir, binary), args...)
+	i.prepare(cmd)
+	return cmd
+}
+
+func (i *Instance) prepare(cmd *exec.Cmd) {
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: i.RunAs}
+	cmd.Stdout, cmd.Stderr = i.output(), i.output()
+	cmd.Env = append(os.Environ(), "LC_ALL=C")
+}
+
+func (i *Instance) output() io.Writer {
+	if i.Output == nil {
+		return os.Stderr
+	}
+	return i.Output
+}
+
+// writeSecretFile writes a file only the server's user can read, next to the data directory.
+func (i *Instance) writeSecretFile(name, content string) (string, error) {
+	path := filepath.Join(filepath.Dir(i.DataDir), name)
+	if err := os.WriteFile(path, []byte(content+"\n"), 0o600); err != nil {
+		return "", err
+	}
+	if i.RunAs != nil {
+		if err := os.Chown(path, int(i.RunAs.Uid), int(i.RunAs.Gid)); err != nil {
+			return "", err
+		}
+	}
+	return path, nil
+}

@@ -1,0 +1,75 @@
+package postgres
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Roles are the logins a new cluster gets besides the superuser.
+type Roles struct {
+	ReplicationUser, ReplicationPassword string
+	AppOwner, AppPassword, AppDatabase   string
+}
+
+// EnsureRoles creates the replication and application roles and the application database, or
+// brings their passwords in line with the Secrets. Safe to run on every start of a primary.
+func EnsureRoles(ctx context.Context, conn *pgx.Conn, r Roles) error {
+	for _, role := range []struct{ name, password, attributes string }{
+		{r.ReplicationUser, r.ReplicationPassword, "LOGIN REPLICATION"},
+		{r.AppOwner, r.AppPassword, "LOGIN"},
+	} {
+		var exists bool
+		if err := conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = $1)`, role.name).Scan(&exists); err != nil {
+			return fmt.Errorf("look up role %s: %w", role.name, err)
+		}
+		verb := "CREATE"
+		if exists {
+			verb = "ALTER"
+		}
+		// Identifiers cannot be bound parameters; quote them. The password is a literal that
+		// the server hashes with scram-sha-256 (password_encryption).
+		stmt := fmt.Sprintf("%s ROLE %s WITH %s PASSWORD %s", verb, pgx.Identifier{role.name}.Sanitize(),
+			role.attributes, quoteLiteral(role.password))
+		if _, err := conn.Exec(ctx, stmt); err != nil {
+			return fmt.Errorf("%s role %s: %w", verb, role.name, err)
+		}
+	}
+	var exists bool
+	if err := conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)`, r.AppDatabase).Scan(&exists); err != nil {
+		return fmt.Errorf("look up database %s: %w", r.AppDatabase, err)
+	}
+	if !exists {
+		stmt := fmt.Sprintf("CREATE DATABASE %s OWNER %s", pgx.Identifier{r.AppDatabase}.Sanitize(), pgx.Identifier{r.AppOwner}.Sanitize())
+		if _, err := conn.Exec(ctx, stmt); err != nil {
+			return fmt.Errorf("create database %s: %w", r.AppDatabase, err)
+		}
+	}
+	return nil
+}
+
+// quoteLiteral renders a SQL string literal (standard_conforming_strings is on since 9.1).
+func quoteLiteral(s string) string {
+	out := []byte{'\''}
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\'' {
+			out = append(out, '\'')
+		}
+		out = append(out, s[i])
+	}
+	return string(append(out, '\''))
+}
+
+// Connect opens a connection to the local server as user over TCP loopback with a password,
+// the way pg_hba.conf lets in-pod clients other than the server's own OS user in.
+func Connect(ctx context.Context, port int, user, password, database string) (*pgx.Conn, error) {
+	cfg, err := pgx.ParseConfig("")
+	if err != nil {
+		return nil, err
+	}
+	cfg.Host, cfg.Port, cfg.User, cfg.Password, cfg.Database = "127.0.0.1", uint16(port), user, password, database
+	cfg.ConnectTimeout = 5 * time.Second
+	return pgx.ConnectConfig(ctx, cfg)
+}

@@ -1,0 +1,101 @@
+package postgres
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Status is what an instance reports about itself to the operator.
+type Status struct {
+	// Role is "primary" or "replica" (in recovery).
+	Role string `json:"role"`
+	// Timeline of the WAL the server is on.
+	Timeline int64 `json:"timeline"`
+	// CurrentLSN is the primary's current WAL write position.
+	CurrentLSN string `json:"currentLSN,omitempty"`
+	// ReceiveLSN and ReplayLSN are how far a replica has received and applied WAL.
+	ReceiveLSN string `json:"receiveLSN,omitempty"`
+	ReplayLSN  string `json:"replayLSN,omitempty"`
+	// Streaming is true on a replica whose WAL receiver streams from the primary.
+	Streaming bool `json:"streaming"`
+	// PendingRestart lists settings changed in the files that take effect only on a restart.
+	PendingRestart []string `json:"pendingRestart,omitempty"`
+	// Replicas is, on a primary, every standby connected for streaming replication.
+	Replicas []ReplicaStatus `json:"replicas,omitempty"`
+}
+
+// ReplicaStatus is one standby as the primary sees it in pg_stat_replication.
+type ReplicaStatus struct {
+	ApplicationName string `json:"applicationName"`
+	State           string `json:"state"`
+	ReplayLSN       string `json:"replayLSN"`
+	// LagBytes is how much WAL the standby has yet to replay.
+	LagBytes int64 `json:"lagBytes"`
+}
+
+// Role names.
+const (
+	RolePrimary = "primary"
+	RoleReplica = "replica"
+)
+
+// QueryStatus reads the server's status over conn.
+func QueryStatus(ctx context.Context, conn *pgx.Conn) (*Status, error) {
+	s := &Status{}
+	var inRecovery bool
+	var current, receive, replay *string
+	err := conn.QueryRow(ctx, `SELECT pg_is_in_recovery(),
+		(SELECT timeline_id FROM pg_control_checkpoint()),
+		CASE WHEN pg_is_in_recovery() THEN NULL ELSE pg_current_wal_lsn()::text END,
+		pg_last_wal_receive_lsn()::text,
+		pg_last_wal_replay_lsn()::text`).Scan(&inRecovery, &s.Timeline, &current, &receive, &replay)
+	if err != nil {
+		return nil, fmt.Errorf("query role and positions: %w", err)
+	}
+	s.Role = RolePrimary
+	if inRecovery {
+		s.Role = RoleReplica
+		// A standby's timeline is the one it replays, not its last checkpoint's.
+		if err := conn.QueryRow(ctx, `SELECT COALESCE((SELECT received_tli FROM pg_stat_wal_receiver), $1)`,
+			s.Timeline).Scan(&s.Timeline); err != nil {
+			return nil, fmt.Errorf("query receiver timeline: %w", err)
+		}
+	}
+	s.CurrentLSN, s.ReceiveLSN, s.ReplayLSN = deref(current), deref(receive), deref(replay)
+
+	rows, err := conn.Query(ctx, `SELECT name FROM pg_settings WHERE pending_restart ORDER BY name`)
+	if err != nil {
+		return nil, fmt.Errorf("query pending restart: %w", err)
+	}
+	if s.PendingRestart, err = pgx.CollectRows(rows, pgx.RowTo[string]); err != nil {
+		return nil, fmt.Errorf("read pending restart: %w", err)
+	}
+
+	if inRecovery {
+		err = conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_stat_wal_receiver WHERE status = 'streaming')`).Scan(&s.Streaming)
+		if err != nil {
+			return nil, fmt.Errorf("query wal receiver: %w", err)
+		}
+		return s, nil
+	}
+	rows, err = conn.Query(ctx, `SELECT application_name, state, COALESCE(replay_lsn::text, ''),
+		COALESCE(pg_wal_lsn_diff(pg_current_wal_lsn(), replay_lsn), 0)::bigint
+		FROM pg_stat_replication ORDER BY application_name`)
+	if err != nil {
+		return nil, fmt.Errorf("query replication: %w", err)
+	}
+	s.Replicas, err = pgx.CollectRows(rows, pgx.RowToStructByPos[ReplicaStatus])
+	if err != nil {
+		return nil, fmt.Errorf("read replication: %w", err)
+	}
+	return s, nil
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
+}
