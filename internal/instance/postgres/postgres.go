@@ -37,7 +37,9 @@ type Instance struct {
 	RunAs *syscall.Credential
 
 	postmaster *exec.Cmd
-	exited     chan error
+	// exited is closed when the postmaster has stopped; exitErr is then how it ended.
+	exited  chan struct{}
+	exitErr error
 }
 
 // Initialised reports whether DataDir holds a cluster.
@@ -101,13 +103,22 @@ func (i *Instance) Start() error {
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("start postgres: %w", err)
 	}
-	i.postmaster, i.exited = cmd, make(chan error, 1)
-	go func() { i.exited <- cmd.Wait() }()
+	i.postmaster, i.exited = cmd, make(chan struct{})
+	go func() {
+		i.exitErr = cmd.Wait()
+		close(i.exited)
+	}()
 	return nil
 }
 
-// Exited delivers the postmaster's exit once it stops.
-func (i *Instance) Exited() <-chan error { return i.exited }
+// Exited is closed once the postmaster has stopped.
+func (i *Instance) Exited() <-chan struct{} { return i.exited }
+
+// ExitErr is how the postmaster ended, once Exited is closed.
+func (i *Instance) ExitErr() error {
+	<-i.exited
+	return i.exitErr
+}
 
 // Running reports whether the postmaster is still alive.
 func (i *Instance) Running() bool {
@@ -115,8 +126,7 @@ func (i *Instance) Running() bool {
 		return false
 	}
 	select {
-	case err := <-i.exited:
-		i.exited <- err // keep it for the next reader
+	case <-i.exited:
 		return false
 	default:
 		return true

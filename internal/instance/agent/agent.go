@@ -1,0 +1,205 @@
+package agent
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/go-logr/logr"
+
+	"github.com/pgpilot/pgpilot-operator/internal/instance/postgres"
+)
+
+// Config is what the StatefulSet tells the agent through its environment.
+type Config struct {
+	PodName        string
+	InitialPrimary string // the pod that runs initdb when the cluster is new
+	PrimaryHost    string // where standbys clone and stream from (the -rw Service)
+	PrimaryPort    int
+	ConfigFiles    []string // watched; a change is applied with a reload
+	ListenAddress  string   // the HTTP API
+	Token          string
+	Superuser      string
+	SuperuserPass  string
+	Roles          postgres.Roles
+	ShutdownGrace  time.Duration
+	ConfigInterval time.Duration
+}
+
+// Agent supervises one PostgreSQL instance.
+type Agent struct {
+	Config   Config
+	Instance *postgres.Instance
+	Log      logr.Logger
+}
+
+// Run bootstraps the instance if its data directory is empty, starts PostgreSQL, serves the
+// API and applies configuration changes until ctx ends, then shuts PostgreSQL down in order.
+// It returns an error when PostgreSQL stops on its own, so that the container restarts.
+func (a *Agent) Run(ctx context.Context) error {
+	if !a.Instance.Initialised() {
+		if err := a.bootstrap(ctx); err != nil {
+			return fmt.Errorf("bootstrap: %w", err)
+		}
+	}
+	if err := a.Instance.Start(); err != nil {
+		return err
+	}
+	if a.isPrimary() {
+		if err := a.ensureRoles(ctx); err != nil {
+			_ = a.Instance.Stop(a.Config.ShutdownGrace)
+			return err
+		}
+	}
+	server := &http.Server{Addr: a.Config.ListenAddress, Handler: NewHandler(a, a.Config.Token),
+		ReadHeaderTimeout: 5 * time.Second}
+	listener, err := net.Listen("tcp", a.Config.ListenAddress)
+	if err != nil {
+		_ = a.Instance.Stop(a.Config.ShutdownGrace)
+		return fmt.Errorf("listen %s: %w", a.Config.ListenAddress, err)
+	}
+	go func() { _ = server.Serve(listener) }()
+	defer func() { _ = server.Close() }()
+	a.Log.Info("postgres started", "primary", a.isPrimary(), "api", listener.Addr().String())
+
+	ticker := time.NewTicker(a.Config.ConfigInterval)
+	defer ticker.Stop()
+	lastConfig := a.configHash()
+	for {
+		select {
+		case <-ctx.Done():
+			a.Log.Info("stopping postgres", "grace", a.Config.ShutdownGrace)
+			return a.Instance.Stop(a.Config.ShutdownGrace)
+		case <-a.Instance.Exited():
+			return fmt.Errorf("postgres exited: %v", a.Instance.ExitErr())
+		case <-ticker.C:
+			if hash := a.configHash(); hash != lastConfig {
+				a.Log.Info("configuration changed, reloading")
+				if err := a.Instance.Reload(); err != nil {
+					a.Log.Error(err, "reload")
+					continue
+				}
+				lastConfig = hash
+			}
+		}
+	}
+}
+
+// bootstrap creates the data directory: initdb on the initial primary, a clone of the primary
+// everywhere else (retried until the primary answers).
+func (a *Agent) bootstrap(ctx context.Context) error {
+	if a.Config.PodName == a.Config.InitialPrimary {
+		a.Log.Info("initialising a new cluster")
+		return a.Instance.InitDB(ctx, a.Config.SuperuserPass)
+	}
+	conninfo := fmt.Sprintf("host=%s port=%d user=%s password=%s application_name=%s connect_timeout=5",
+		a.Config.PrimaryHost, a.Config.PrimaryPort, a.Config.Roles.ReplicationUser,
+		a.Config.Roles.ReplicationPassword, a.Config.PodName)
+	for attempt := 1; ; attempt++ {
+		a.Log.Info("cloning the primary", "host", a.Config.PrimaryHost, "attempt", attempt)
+		err := a.Instance.Clone(ctx, conninfo, SlotName(a.Config.PodName))
+		if err == nil {
+			return nil
+		}
+		a.Log.Error(err, "clone failed; retrying")
+		// pg_basebackup leaves a partial directory behind; it must be empty to try again.
+		if rmErr := removeContents(a.Instance.DataDir); rmErr != nil {
+			return errors.Join(err, rmErr)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(min(time.Duration(attempt)*2*time.Second, 30*time.Second)):
+		}
+	}
+}
+
+func (a *Agent) ensureRoles(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	for {
+		conn, err := postgres.Connect(ctx, a.Instance.Port, a.Config.Superuser, a.Config.SuperuserPass, "postgres")
+		if err == nil {
+			err = postgres.EnsureRoles(ctx, conn, a.Config.Roles)
+			_ = conn.Close(ctx)
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("postgres did not accept connections: %w", err)
+		case <-a.Instance.Exited():
+			return fmt.Errorf("postgres exited during start: %v", a.Instance.ExitErr())
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}
+
+// isPrimary: a standby has standby.signal in its data directory.
+func (a *Agent) isPrimary() bool {
+	_, err := os.Stat(filepath.Join(a.Instance.DataDir, "standby.signal"))
+	return os.IsNotExist(err)
+}
+
+func (a *Agent) configHash() [32]byte {
+	h := sha256.New()
+	for _, f := range a.Config.ConfigFiles {
+		data, _ := os.ReadFile(f)
+		h.Write(data)
+		h.Write([]byte{0})
+	}
+	var sum [32]byte
+	copy(sum[:], h.Sum(nil))
+	return sum
+}
+
+// Alive, Ready and Status answer the API (Checks).
+func (a *Agent) Alive() bool { return a.Instance.Running() }
+
+func (a *Agent) Ready(ctx context.Context) error {
+	conn, err := postgres.Connect(ctx, a.Instance.Port, a.Config.Superuser, a.Config.SuperuserPass, "postgres")
+	if err != nil {
+		return err
+	}
+	defer func() { _ = conn.Close(context.Background()) }()
+	return conn.Ping(ctx)
+}
+
+func (a *Agent) Status(ctx context.Context) (*postgres.Status, error) {
+	conn, err := postgres.Connect(ctx, a.Instance.Port, a.Config.Superuser, a.Config.SuperuserPass, "postgres")
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = conn.Close(context.Background()) }()
+	return postgres.QueryStatus(ctx, conn)
+}
+
+var slotUnsafe = regexp.MustCompile(`[^a-z0-9_]`)
+
+// SlotName is the physical replication slot of the standby in pod, e.g. db-1 → db_1.
+func SlotName(pod string) string {
+	return slotUnsafe.ReplaceAllString(strings.ToLower(pod), "_")
+}
+
+func removeContents(dir string) error {
+	entries, err := os.ReadDir(dir)
+	if os.IsNotExist(err) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	for _, e := range entries {
+		if err := os.RemoveAll(filepath.Join(dir, e.Name())); err != nil {
+			return err
+		}
+	}
+	return nil
+}

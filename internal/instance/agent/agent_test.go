@@ -1,0 +1,154 @@
+package agent_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr/testr"
+
+	pgbuilder "github.com/pgpilot/pgpilot-operator/internal/builder"
+	"github.com/pgpilot/pgpilot-operator/internal/instance/agent"
+	"github.com/pgpilot/pgpilot-operator/internal/instance/pgtest"
+	"github.com/pgpilot/pgpilot-operator/internal/instance/postgres"
+)
+
+const token = "agent-token-for-tests"
+
+var roles = postgres.Roles{ReplicationUser: pgbuilder.ReplicationUser, ReplicationPassword: "repl",
+	AppOwner: "app", AppPassword: "app-pass", AppDatabase: "app"}
+
+type runningAgent struct {
+	api  string
+	inst *postgres.Instance
+	done chan error
+	stop context.CancelFunc
+}
+
+// startAgent runs an agent for pod over a real PostgreSQL instance, as the container would.
+func startAgent(t *testing.T, pod string, inst *postgres.Instance, primaryPort int) *runningAgent {
+	t.Helper()
+	api := fmt.Sprintf("127.0.0.1:%d", pgtest.FreePort(t))
+	a := &agent.Agent{Instance: inst, Log: testr.New(t).WithName(pod), Config: agent.Config{
+		PodName: pod, InitialPrimary: "db-0", PrimaryHost: "127.0.0.1", PrimaryPort: primaryPort,
+		ConfigFiles:   []string{inst.ConfigFile, inst.Settings["hba_file"]},
+		ListenAddress: api, Token: token, Superuser: "postgres", SuperuserPass: "super",
+		Roles: roles, ShutdownGrace: 10 * time.Second, ConfigInterval: 200 * time.Millisecond,
+	}}
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &runningAgent{api: "http://" + api, inst: inst, done: make(chan error, 1), stop: cancel}
+	go func() { r.done <- a.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-r.done })
+	return r
+}
+
+func get(url, bearer string) (int, string, error) {
+	req, _ := http.NewRequest(http.MethodGet, url, nil)
+	if bearer != "" {
+		req.Header.Set("Authorization", "Bearer "+bearer)
+	}
+	resp, err := (&http.Client{Timeout: 5 * time.Second}).Do(req)
+	if err != nil {
+		return 0, "", err
+	}
+	defer func() { _ = resp.Body.Close() }()
+	body, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(body), nil
+}
+
+func status(t *testing.T, r *runningAgent) (*postgres.Status, error) {
+	code, body, err := get(r.api+agent.PathStatus, token)
+	if err != nil {
+		return nil, err
+	}
+	if code != http.StatusOK {
+		return nil, fmt.Errorf("status %d: %s", code, body)
+	}
+	s := &postgres.Status{}
+	return s, json.Unmarshal([]byte(body), s)
+}
+
+func TestAgentsBootstrapReplicateReloadAndReport(t *testing.T) {
+	ctx := context.Background()
+	primaryInst, standbyInst := pgtest.NewInstance(t, "db-0"), pgtest.NewInstance(t, "db-1")
+	// Both start at once: the standby keeps retrying its clone until the primary is up and
+	// has created the replication role.
+	primary := startAgent(t, "db-0", primaryInst, primaryInst.Port)
+	standby := startAgent(t, "db-1", standbyInst, primaryInst.Port)
+
+	for _, r := range []*runningAgent{primary, standby} {
+		pgtest.Eventually(t, "agent ready at "+r.api, func() error {
+			code, body, err := get(r.api+agent.PathReadiness, "")
+			if err == nil && code != http.StatusOK {
+				err = fmt.Errorf("%d %s", code, body)
+			}
+			return err
+		})
+	}
+
+	for _, c := range []struct{ name, bearer string }{{"no token", ""}, {"wrong token", "nope"}} {
+		if code, _, err := get(primary.api+agent.PathStatus, c.bearer); err != nil || code != http.StatusUnauthorized {
+			t.Errorf("status with %s = %d (%v), want 401", c.name, code, err)
+		}
+	}
+
+	app := pgtest.Connect(t, primaryInst, "app", roles.AppPassword, "app")
+	if _, err := app.Exec(ctx, "CREATE TABLE t (v int); INSERT INTO t VALUES (42)"); err != nil {
+		t.Fatal(err)
+	}
+	standbyApp := pgtest.Connect(t, standbyInst, "app", roles.AppPassword, "app")
+	pgtest.Eventually(t, "row on the standby", func() error {
+		var v int
+		return standbyApp.QueryRow(ctx, "SELECT v FROM t").Scan(&v)
+	})
+	pgtest.Eventually(t, "roles and replication reported over the API", func() error {
+		p, err := status(t, primary)
+		if err != nil {
+			return err
+		}
+		s, err := status(t, standby)
+		if err != nil {
+			return err
+		}
+		if p.Role != postgres.RolePrimary || s.Role != postgres.RoleReplica || !s.Streaming {
+			return fmt.Errorf("primary %+v standby %+v", p, s)
+		}
+		if len(p.Replicas) != 1 || p.Replicas[0].ApplicationName != "db-1" || p.Replicas[0].LagBytes != 0 {
+			return fmt.Errorf("primary sees %+v", p.Replicas)
+		}
+		return nil
+	})
+
+	// The operator changes the ConfigMap; the agent notices and reloads.
+	pgtest.WriteConfig(t, primaryInst, pgtest.Cluster(map[string]string{"work_mem": "24MB"}))
+	admin := pgtest.Connect(t, primaryInst, "postgres", "super", "postgres")
+	pgtest.Eventually(t, "work_mem reloaded by the agent", func() error {
+		var v string
+		if err := admin.QueryRow(ctx, "SHOW work_mem").Scan(&v); err != nil || v != "24MB" {
+			return fmt.Errorf("work_mem = %q (%v)", v, err)
+		}
+		return nil
+	})
+
+	// SIGTERM in the pod: the agent stops PostgreSQL cleanly and returns without error.
+	standby.stop()
+	if err := <-standby.done; err != nil {
+		t.Fatalf("standby agent stop: %v", err)
+	}
+	standby.done <- nil // for the cleanup
+	if standbyInst.Running() {
+		t.Fatal("postgres still running after the agent stopped")
+	}
+}
+
+func TestSlotName(t *testing.T) {
+	for pod, want := range map[string]string{"db-1": "db_1", "My.Cluster-10": "my_cluster_10"} {
+		if got := agent.SlotName(pod); got != want {
+			t.Errorf("SlotName(%q) = %q, want %q", pod, got, want)
+		}
+	}
+}

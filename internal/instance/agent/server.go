@@ -1,0 +1,83 @@
+// Package agent is the instance agent: it bootstraps and supervises the pod's PostgreSQL and
+// tells the operator the truth about it over HTTP.
+package agent
+
+import (
+	"context"
+	"crypto/subtle"
+	"encoding/json"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/pgpilot/pgpilot-operator/internal/instance/postgres"
+)
+
+// Paths of the agent's HTTP API.
+const (
+	PathStartup   = "/startupz"
+	PathLiveness  = "/healthz"
+	PathReadiness = "/readyz"
+	PathStatus    = "/v1/status"
+)
+
+// probeTimeout bounds each check behind an endpoint; the kubelet's own timeout is longer.
+const probeTimeout = 3 * time.Second
+
+// Checks are what the endpoints ask of the running instance.
+type Checks interface {
+	// Alive reports whether the postmaster process runs.
+	Alive() bool
+	// Ready reports whether the server accepts connections.
+	Ready(ctx context.Context) error
+	// Status queries the server's role, positions and replication.
+	Status(ctx context.Context) (*postgres.Status, error)
+}
+
+// NewHandler serves the probes without authentication (the kubelet calls them) and the status
+// only to callers presenting token, which the operator reads from the cluster's agent Secret.
+func NewHandler(checks Checks, token string) http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET "+PathLiveness, func(w http.ResponseWriter, _ *http.Request) {
+		if !checks.Alive() {
+			http.Error(w, "postgres is not running", http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = w.Write([]byte("ok"))
+	})
+	ready := func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), probeTimeout)
+		defer cancel()
+		if err := checks.Ready(ctx); err != nil {
+			http.Error(w, "not accepting connections: "+err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = w.Write([]byte("ok"))
+	}
+	mux.HandleFunc("GET "+PathReadiness, ready)
+	mux.HandleFunc("GET "+PathStartup, ready)
+	mux.Handle("GET "+PathStatus, requireToken(token, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), probeTimeout)
+		defer cancel()
+		status, err := checks.Status(ctx)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(status)
+	})))
+	return mux
+}
+
+func requireToken(token string, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		presented, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		if !ok || token == "" || subtle.ConstantTimeCompare([]byte(presented), []byte(token)) != 1 {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="pgpilot-agent"`)
+			http.Error(w, "unauthorized", http.StatusUnauthorized)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}

@@ -1,0 +1,166 @@
+// Package pgtest runs real PostgreSQL servers for tests: Debian's postgresql-15 (or
+// PGPILOT_PG_BINDIR), on loopback only, configured with the very files the operator generates.
+package pgtest
+
+import (
+	"context"
+	"net"
+	"os"
+	"os/user"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"k8s.io/apimachinery/pkg/api/resource"
+
+	pgv1 "github.com/pgpilot/pgpilot-operator/api/v1alpha1"
+	pgbuilder "github.com/pgpilot/pgpilot-operator/internal/builder"
+	"github.com/pgpilot/pgpilot-operator/internal/instance/postgres"
+)
+
+func BinDir(t *testing.T) string {
+	t.Helper()
+	dir := os.Getenv("PGPILOT_PG_BINDIR")
+	if dir == "" {
+		dir = "/usr/lib/postgresql/15/bin"
+	}
+	if _, err := os.Stat(filepath.Join(dir, "postgres")); err != nil {
+		t.Fatalf("PostgreSQL server binaries not found in %s (install postgresql-15 or set PGPILOT_PG_BINDIR): %v", dir, err)
+	}
+	return dir
+}
+
+// RunAs is the postgres OS user when the tests run as root, which PostgreSQL refuses.
+func RunAs(t *testing.T) *syscall.Credential {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		return nil
+	}
+	u, err := user.Lookup("postgres")
+	if err != nil {
+		t.Fatalf("running as root needs a postgres user to run the server as: %v", err)
+	}
+	uid, _ := strconv.Atoi(u.Uid)
+	gid, _ := strconv.Atoi(u.Gid)
+	return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}
+}
+
+func FreePort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = l.Close() }()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+func Cluster(parameters map[string]string) *pgv1.PostgresCluster {
+	c := &pgv1.PostgresCluster{}
+	c.Name = "pgtest"
+	c.Spec.Storage.Size = resource.MustParse("1Gi")
+	c.Spec.PostgreSQL.Parameters = parameters
+	return c
+}
+
+// NewInstance prepares a data directory and pgpilot's configuration files for one server.
+func NewInstance(t *testing.T, name string) *postgres.Instance {
+	t.Helper()
+	cred := RunAs(t)
+	dir, err := os.MkdirTemp("", "pgpilot-"+name+"-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	socketDir := filepath.Join(dir, "run")
+	if err := os.Mkdir(socketDir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range []string{dir, socketDir} {
+		if cred != nil {
+			if err := os.Chown(d, int(cred.Uid), int(cred.Gid)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	inst := &postgres.Instance{
+		BinDir:     BinDir(t),
+		DataDir:    filepath.Join(dir, "pgdata"),
+		ConfigFile: filepath.Join(dir, pgbuilder.PostgresqlConfKey),
+		Settings: map[string]string{
+			// The operator's file names the pod's paths; the command line wins over it.
+			"data_directory":   filepath.Join(dir, "pgdata"),
+			"hba_file":         filepath.Join(dir, pgbuilder.PgHBAConfKey),
+			"listen_addresses": "127.0.0.1",
+		},
+		Port:      FreePort(t),
+		SocketDir: socketDir,
+		Output:    logWriter{t, name},
+		RunAs:     cred,
+	}
+	WriteConfig(t, inst, Cluster(nil))
+	t.Cleanup(func() { _ = inst.Stop(10 * time.Second) })
+	return inst
+}
+
+// WriteConfig renders the operator's configuration files for cluster into the instance.
+func WriteConfig(t *testing.T, inst *postgres.Instance, cluster *pgv1.PostgresCluster) {
+	t.Helper()
+	files := map[string]string{
+		inst.ConfigFile:           pgbuilder.PostgresqlConf(cluster),
+		inst.Settings["hba_file"]: pgbuilder.PgHBAConf(cluster),
+	}
+	for path, content := range files {
+		if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func Connect(t *testing.T, inst *postgres.Instance, user, password, database string) *pgx.Conn {
+	t.Helper()
+	var conn *pgx.Conn
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		var err error
+		conn, err = postgres.Connect(context.Background(), inst.Port, user, password, database)
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) || !inst.Running() {
+			t.Fatalf("connect to %s as %s: %v (running: %v)", inst.DataDir, user, err, inst.Running())
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	t.Cleanup(func() { _ = conn.Close(context.Background()) })
+	return conn
+}
+
+func Eventually(t *testing.T, what string, check func() error) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		err := check()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: %v", what, err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// logWriter sends a server's log to the test log, prefixed with its name.
+type logWriter struct {
+	t    *testing.T
+	name string
+}
+
+func (w logWriter) Write(p []byte) (int, error) {
+	w.t.Logf("[%s] %s", w.name, p)
+	return len(p), nil
+}
