@@ -17,8 +17,11 @@ limitations under the License.
 package main
 
 import (
+	"context"
 	"crypto/tls"
+	"errors"
 	"flag"
+	"fmt"
 	"os"
 	"path/filepath"
 	"time"
@@ -27,11 +30,13 @@ import (
 	// to ensure that exec-entrypoint and run can make use of them.
 	_ "k8s.io/client-go/plugin/pkg/client/auth"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/certwatcher"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
@@ -164,11 +169,18 @@ func main() {
 		os.Exit(1)
 	}
 
+	agentImage, err := operatorImage(mgr.GetAPIReader())
+	if err != nil {
+		// Clusters report NoAgentImage until this is fixed; the manager still runs.
+		setupLog.Error(err, "cannot tell the operator's own image, which carries the instance agent")
+	}
+
 	if err := (&controller.PostgresClusterReconciler{
 		Client:                  mgr.GetClient(),
 		APIReader:               mgr.GetAPIReader(),
 		Recorder:                mgr.GetEventRecorder("pgpilot"),
 		DefaultImage:            os.Getenv("RELATED_IMAGE_POSTGRES"),
+		AgentImage:              agentImage,
 		MaxConcurrentReconciles: maxConcurrentReconciles,
 		ReconcileTimeout:        reconcileTimeout,
 	}).SetupWithManager(mgr); err != nil {
@@ -199,4 +211,30 @@ func main() {
 		setupLog.Error(err, "problem running manager")
 		os.Exit(1)
 	}
+}
+
+// operatorImage is the image instance pods copy the agent from: RELATED_IMAGE_AGENT when set
+// (OLM's relatedImages convention), else the image this manager runs from, read from its own
+// pod (POD_NAME and POD_NAMESPACE come from the downward API), so a kustomize or OLM install
+// that rewrites the image needs nothing else.
+func operatorImage(reader client.Reader) (string, error) {
+	if image := os.Getenv("RELATED_IMAGE_AGENT"); image != "" {
+		return image, nil
+	}
+	name, namespace := os.Getenv("POD_NAME"), os.Getenv("POD_NAMESPACE")
+	if name == "" || namespace == "" {
+		return "", errors.New("set RELATED_IMAGE_AGENT, or POD_NAME and POD_NAMESPACE when running in a pod")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	pod := &corev1.Pod{}
+	if err := reader.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, pod); err != nil {
+		return "", fmt.Errorf("read own pod %s/%s: %w", namespace, name, err)
+	}
+	for _, c := range pod.Spec.Containers {
+		if c.Name == "manager" {
+			return c.Image, nil
+		}
+	}
+	return "", fmt.Errorf("pod %s/%s has no container named manager", namespace, name)
 }

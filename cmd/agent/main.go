@@ -27,6 +27,15 @@ import (
 
 func main() {
 	log := zap.New(zap.UseDevMode(false)).WithName("agent")
+	// `agent install DEST`: the init container copies the agent out of the (distroless)
+	// operator image, which has no cp.
+	if len(os.Args) == 3 && os.Args[1] == "install" {
+		if err := install(os.Args[2]); err != nil {
+			log.Error(err, "install")
+			os.Exit(1)
+		}
+		return
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
 	a, err := fromEnvironment()
@@ -125,4 +134,21 @@ func findBinDir() (string, error) {
 func majorOf(binDir string) int {
 	major, _ := strconv.Atoi(filepath.Base(filepath.Dir(binDir)))
 	return major
+}
+
+// install copies this executable to dest.
+func install(dest string) error {
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	data, err := os.ReadFile(self)
+	if err != nil {
+		return err
+	}
+	tmp := dest + ".tmp"
+	if err := os.WriteFile(tmp, data, 0o755); err != nil {
+		return err
+	}
+	return os.Rename(tmp, dest)
 }

@@ -130,7 +130,8 @@ func startOperator(ctx context.Context, kubeconfig, logPath string) (*exec.Cmd, 
 		return nil, err
 	}
 	cmd := exec.Command(filepath.Join("bin", "manager"), "--metrics-bind-address=0", "--health-probe-bind-address=0")
-	cmd.Env = append(os.Environ(), "KUBECONFIG="+kubeconfig, "RELATED_IMAGE_POSTGRES=docker.io/library/postgres:15")
+	cmd.Env = append(os.Environ(), "KUBECONFIG="+kubeconfig, "RELATED_IMAGE_POSTGRES=docker.io/library/postgres:15",
+		"RELATED_IMAGE_AGENT=ghcr.io/pgpilot/pgpilot-operator:v0.2.0")
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	return cmd, cmd.Start()

@@ -180,7 +180,7 @@ func TestBuiltObjectsAreUpToDateAfterTypedRoundTrip(t *testing.T) {
 			Bootstrap: pgv1.BootstrapSpec{InitDB: pgv1.InitDBSpec{Database: "app", Owner: "app"}},
 		},
 	}
-	sts, err := builder.BuildStatefulSet(c, "postgres:17")
+	sts, err := builder.BuildStatefulSet(c, builder.Images{Postgres: "postgres:17", Agent: "pgpilot-operator:test"})
 	if err != nil {
 		t.Fatalf("BuildStatefulSet: %v", err)
 	}

@@ -1,8 +1,6 @@
 package builder
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 	"slices"
 	"strings"
@@ -98,13 +96,6 @@ func BuildConfigMap(c *pgv1.PostgresCluster) *corev1ac.ConfigMapApplyConfigurati
 			PostgresqlConfKey: PostgresqlConf(c),
 			PgHBAConfKey:      PgHBAConf(c),
 		})
-}
-
-// ConfigHash fingerprints the configuration files; the pod template carries it so that a
-// configuration change rolls the instances until the instance agent can reload in place.
-func ConfigHash(c *pgv1.PostgresCluster) string {
-	sum := sha256.Sum256([]byte(PostgresqlConf(c) + "\x00" + PgHBAConf(c)))
-	return hex.EncodeToString(sum[:8])
 }
 
 // quote renders a postgresql.conf string literal; every setting type accepts the quoted form.

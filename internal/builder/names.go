@@ -38,6 +38,7 @@ func ReadOnlyServiceName(c *pgv1.PostgresCluster) string     { return c.Name + "
 func AnyServiceName(c *pgv1.PostgresCluster) string          { return c.Name + "-r" }
 func SuperuserSecretName(c *pgv1.PostgresCluster) string     { return c.Name + "-superuser" }
 func ReplicationSecretName(c *pgv1.PostgresCluster) string   { return c.Name + "-replication" }
+func AgentSecretName(c *pgv1.PostgresCluster) string         { return c.Name + "-agent" }
 
 // UsesUserAppSecret reports whether spec.bootstrap.initdb.secret names a Secret the user supplies.
 // An empty reference (secret: {}, which the CRD accepts) counts as unset: pgpilot generates one.

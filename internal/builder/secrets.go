@@ -11,6 +11,9 @@ import (
 const (
 	SuperuserName   = "postgres"
 	ReplicationUser = "streaming_replica"
+	// AgentUser names the operator in the agent Secret, whose password is the bearer token of
+	// the instance agents' status API.
+	AgentUser = "pgpilot-operator"
 )
 
 // Credential is one generated login: the Secret's name and the role it is for.
@@ -25,6 +28,7 @@ func GeneratedCredentials(c *pgv1.PostgresCluster) []Credential {
 	creds := []Credential{
 		{SecretName: SuperuserSecretName(c), Username: SuperuserName},
 		{SecretName: ReplicationSecretName(c), Username: ReplicationUser},
+		{SecretName: AgentSecretName(c), Username: AgentUser},
 	}
 	if !UsesUserAppSecret(c) {
 		creds = append(creds, Credential{SecretName: AppSecretName(c), Username: c.Spec.Bootstrap.InitDB.Owner})

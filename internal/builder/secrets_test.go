@@ -13,6 +13,7 @@ import (
 func TestGeneratedCredentials(t *testing.T) {
 	superuser := Credential{SecretName: "db-superuser", Username: "postgres"}
 	replication := Credential{SecretName: "db-replication", Username: "streaming_replica"}
+	agent := Credential{SecretName: "db-agent", Username: "pgpilot-operator"}
 	tests := []struct {
 		name          string
 		mutate        func(*pgv1.PostgresCluster)
@@ -21,13 +22,13 @@ func TestGeneratedCredentials(t *testing.T) {
 	}{
 		{
 			name:          "no user secret: app secret is generated for the owner",
-			want:          []Credential{superuser, replication, {SecretName: "db-app", Username: "app"}},
+			want:          []Credential{superuser, replication, agent, {SecretName: "db-app", Username: "app"}},
 			wantAppSecret: "db-app",
 		},
 		{
 			name:          "owner name is used as the app username",
 			mutate:        func(c *pgv1.PostgresCluster) { c.Spec.Bootstrap.InitDB.Owner = "shop" },
-			want:          []Credential{superuser, replication, {SecretName: "db-app", Username: "shop"}},
+			want:          []Credential{superuser, replication, agent, {SecretName: "db-app", Username: "shop"}},
 			wantAppSecret: "db-app",
 		},
 		{
@@ -35,7 +36,7 @@ func TestGeneratedCredentials(t *testing.T) {
 			mutate: func(c *pgv1.PostgresCluster) {
 				c.Spec.Bootstrap.InitDB.Secret = &corev1.LocalObjectReference{Name: "my-app-creds"}
 			},
-			want:          []Credential{superuser, replication},
+			want:          []Credential{superuser, replication, agent},
 			wantAppSecret: "my-app-creds",
 		},
 		{
@@ -45,7 +46,7 @@ func TestGeneratedCredentials(t *testing.T) {
 			mutate: func(c *pgv1.PostgresCluster) {
 				c.Spec.Bootstrap.InitDB.Secret = &corev1.LocalObjectReference{}
 			},
-			want:          []Credential{superuser, replication, {SecretName: "db-app", Username: "app"}},
+			want:          []Credential{superuser, replication, agent, {SecretName: "db-app", Username: "app"}},
 			wantAppSecret: "db-app",
 		},
 	}

@@ -6,6 +6,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	appsv1ac "k8s.io/client-go/applyconfigurations/apps/v1"
 	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
 	metav1ac "k8s.io/client-go/applyconfigurations/meta/v1"
@@ -16,9 +17,6 @@ import (
 // The user and group of the official postgres image, whose conventions pgpilot's images follow.
 const postgresUID = 999
 
-// ConfigHashAnnotation on the pod template changes with the configuration files.
-const ConfigHashAnnotation = "postgres.pgpilot.io/config-hash"
-
 // DataVolumeName is the volume claim template of each instance.
 const DataVolumeName = "pgdata"
 
@@ -26,11 +24,28 @@ const (
 	configVolumeName = "config"
 	socketVolumeName = "run"
 	socketDir        = "/var/run/postgresql"
+	agentVolumeName  = "pgpilot-bin"
+	agentDir         = "/pgpilot/bin"
 )
 
-// BuildStatefulSet runs the cluster's instances with the given PostgreSQL image.
-func BuildStatefulSet(c *pgv1.PostgresCluster, image string) (*appsv1ac.StatefulSetApplyConfiguration, error) {
-	pod, err := buildPodTemplate(c, image)
+// AgentPort serves the instance agent's probes and status API.
+const AgentPort = 8000
+
+// AgentBinary is where the operator image keeps the instance agent.
+const AgentBinary = "/agent"
+
+// Images are the container images of an instance pod.
+type Images struct {
+	// Postgres has the PostgreSQL server binaries.
+	Postgres string
+	// Agent is the operator's image, which carries the instance agent.
+	Agent string
+}
+
+// BuildStatefulSet runs the cluster's instances: the instance agent, copied in from the
+// operator image by an init container, supervises PostgreSQL from the PostgreSQL image.
+func BuildStatefulSet(c *pgv1.PostgresCluster, images Images) (*appsv1ac.StatefulSetApplyConfiguration, error) {
+	pod, err := buildPodTemplate(c, images)
 	if err != nil {
 		return nil, fmt.Errorf("pod template: %w", err)
 	}
@@ -75,7 +90,7 @@ func buildDataClaimTemplate(c *pgv1.PostgresCluster) *corev1ac.PersistentVolumeC
 		WithSpec(spec)
 }
 
-func buildPodTemplate(c *pgv1.PostgresCluster, image string) (*corev1ac.PodTemplateSpecApplyConfiguration, error) {
+func buildPodTemplate(c *pgv1.PostgresCluster, images Images) (*corev1ac.PodTemplateSpecApplyConfiguration, error) {
 	spec := corev1ac.PodSpec().
 		WithSecurityContext(corev1ac.PodSecurityContext().
 			WithRunAsNonRoot(true).
@@ -86,44 +101,81 @@ func buildPodTemplate(c *pgv1.PostgresCluster, image string) (*corev1ac.PodTempl
 			WithSeccompProfile(corev1ac.SeccompProfile().WithType(corev1.SeccompProfileTypeRuntimeDefault))).
 		WithTerminationGracePeriodSeconds(60).
 		WithEnableServiceLinks(false).
-		WithContainers(buildPostgresContainer(c, image)).
+		WithInitContainers(buildAgentInstaller(images.Agent)).
+		WithContainers(buildPostgresContainer(c, images.Postgres)).
 		WithVolumes(
 			corev1ac.Volume().WithName(configVolumeName).
 				WithConfigMap(corev1ac.ConfigMapVolumeSource().WithName(ConfigMapName(c))),
 			corev1ac.Volume().WithName(socketVolumeName).WithEmptyDir(corev1ac.EmptyDirVolumeSource()),
+			corev1ac.Volume().WithName(agentVolumeName).WithEmptyDir(corev1ac.EmptyDirVolumeSource()),
 		)
 	if err := applyScheduling(spec, c); err != nil {
 		return nil, err
 	}
+	// No configuration hash on the template: the agent reloads changed files in place, and a
+	// parameter that needs a restart is reported, not forced by rolling every pod.
 	return corev1ac.PodTemplateSpec().
 		WithLabels(CommonLabels(c)).
-		WithAnnotations(map[string]string{ConfigHashAnnotation: ConfigHash(c)}).
 		WithSpec(spec), nil
 }
 
+// buildAgentInstaller copies the agent out of the operator image, so any image with the
+// PostgreSQL server binaries (the official one included) can run it.
+func buildAgentInstaller(image string) *corev1ac.ContainerApplyConfiguration {
+	return corev1ac.Container().
+		WithName("install-agent").
+		WithImage(image).
+		WithImagePullPolicy(corev1.PullIfNotPresent).
+		WithCommand(AgentBinary, "install", agentDir+"/agent").
+		WithSecurityContext(restrictedContainer()).
+		WithVolumeMounts(corev1ac.VolumeMount().WithName(agentVolumeName).WithMountPath(agentDir))
+}
+
+func restrictedContainer() *corev1ac.SecurityContextApplyConfiguration {
+	return corev1ac.SecurityContext().
+		WithAllowPrivilegeEscalation(false).
+		WithRunAsNonRoot(true).
+		WithCapabilities(corev1ac.Capabilities().WithDrop("ALL"))
+}
+
 func buildPostgresContainer(c *pgv1.PostgresCluster, image string) *corev1ac.ContainerApplyConfiguration {
+	initdb := c.Spec.Bootstrap.InitDB
 	container := corev1ac.Container().
 		WithName("postgres").
 		WithImage(image).
 		WithImagePullPolicy(corev1.PullIfNotPresent).
-		WithArgs("postgres", "-c", "config_file="+ConfigMountPath+"/"+PostgresqlConfKey).
+		WithCommand(agentDir+"/agent").
 		WithEnv(
 			corev1ac.EnvVar().WithName("PGDATA").WithValue(PGDataPath),
-			secretEnv("POSTGRES_USER", SuperuserSecretName(c), corev1.BasicAuthUsernameKey),
-			secretEnv("POSTGRES_PASSWORD", SuperuserSecretName(c), corev1.BasicAuthPasswordKey),
+			corev1ac.EnvVar().WithName("PGPILOT_POD_NAME").WithValueFrom(corev1ac.EnvVarSource().
+				WithFieldRef(corev1ac.ObjectFieldSelector().WithFieldPath("metadata.name"))),
+			corev1ac.EnvVar().WithName("PGPILOT_INITIAL_PRIMARY").WithValue(InstancePodName(c, 0)),
+			corev1ac.EnvVar().WithName("PGPILOT_PRIMARY_HOST").WithValue(ReadWriteServiceName(c)),
+			corev1ac.EnvVar().WithName("PGPILOT_CONFIG_DIR").WithValue(ConfigMountPath),
+			corev1ac.EnvVar().WithName("PGPILOT_SOCKET_DIR").WithValue(socketDir),
+			corev1ac.EnvVar().WithName("PGPILOT_APP_DATABASE").WithValue(initdb.Database),
+			secretEnv("PGPILOT_SUPERUSER_PASSWORD", SuperuserSecretName(c), corev1.BasicAuthPasswordKey),
+			secretEnv("PGPILOT_REPLICATION_PASSWORD", ReplicationSecretName(c), corev1.BasicAuthPasswordKey),
+			secretEnv("PGPILOT_APP_USER", AppSecretName(c), corev1.BasicAuthUsernameKey),
+			secretEnv("PGPILOT_APP_PASSWORD", AppSecretName(c), corev1.BasicAuthPasswordKey),
+			secretEnv("PGPILOT_AGENT_TOKEN", AgentSecretName(c), corev1.BasicAuthPasswordKey),
 		).
-		WithPorts(corev1ac.ContainerPort().WithName("postgres").WithContainerPort(PostgresPort).WithProtocol(corev1.ProtocolTCP)).
-		WithStartupProbe(pgIsReadyProbe(5, 120)).
-		WithReadinessProbe(pgIsReadyProbe(5, 3)).
-		WithLivenessProbe(pgIsReadyProbe(10, 6)).
-		WithSecurityContext(corev1ac.SecurityContext().
-			WithAllowPrivilegeEscalation(false).
-			WithRunAsNonRoot(true).
-			WithCapabilities(corev1ac.Capabilities().WithDrop("ALL"))).
+		WithPorts(
+			corev1ac.ContainerPort().WithName("postgres").WithContainerPort(PostgresPort).WithProtocol(corev1.ProtocolTCP),
+			corev1ac.ContainerPort().WithName("agent").WithContainerPort(AgentPort).WithProtocol(corev1.ProtocolTCP),
+		).
+		// Startup covers initdb or a clone of a large primary; readiness is "accepts
+		// connections"; liveness only asks whether the postmaster runs, so a busy server is
+		// never killed for being slow to answer.
+		WithStartupProbe(agentProbe("/startupz", 5, 720)).
+		WithReadinessProbe(agentProbe("/readyz", 5, 3)).
+		WithLivenessProbe(agentProbe("/healthz", 10, 6)).
+		WithSecurityContext(restrictedContainer()).
 		WithVolumeMounts(
 			corev1ac.VolumeMount().WithName(DataVolumeName).WithMountPath(DataMountPath),
 			corev1ac.VolumeMount().WithName(configVolumeName).WithMountPath(ConfigMountPath).WithReadOnly(true),
 			corev1ac.VolumeMount().WithName(socketVolumeName).WithMountPath(socketDir),
+			corev1ac.VolumeMount().WithName(agentVolumeName).WithMountPath(agentDir).WithReadOnly(true),
 		)
 	if res := c.Spec.Resources; len(res.Limits) > 0 || len(res.Requests) > 0 {
 		rr := corev1ac.ResourceRequirements()
@@ -143,10 +195,9 @@ func secretEnv(name, secret, key string) *corev1ac.EnvVarApplyConfiguration {
 		WithSecretKeyRef(corev1ac.SecretKeySelector().WithName(secret).WithKey(key)))
 }
 
-// pgIsReadyProbe asks the local server whether it accepts connections.
-func pgIsReadyProbe(period, failures int32) *corev1ac.ProbeApplyConfiguration {
+func agentProbe(path string, period, failures int32) *corev1ac.ProbeApplyConfiguration {
 	return corev1ac.Probe().
-		WithExec(corev1ac.ExecAction().WithCommand("pg_isready", "-q", "-h", socketDir, "-p", fmt.Sprint(PostgresPort))).
+		WithHTTPGet(corev1ac.HTTPGetAction().WithPath(path).WithPort(intstr.FromString("agent"))).
 		WithPeriodSeconds(period).
 		WithTimeoutSeconds(5).
 		WithFailureThreshold(failures)

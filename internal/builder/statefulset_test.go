@@ -1,7 +1,7 @@
 package builder
 
 import (
-	"strings"
+	"slices"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -14,12 +14,12 @@ import (
 	pgv1 "github.com/pgpilot/pgpilot-operator/api/v1alpha1"
 )
 
-const testImage = "ghcr.io/pgpilot/postgres:17.2"
+var testImages = Images{Postgres: "ghcr.io/pgpilot/postgres:17.2", Agent: "ghcr.io/pgpilot/pgpilot-operator:v0.2.0"}
 
 // buildStatefulSet builds the StatefulSet of c and returns it in typed form.
 func buildStatefulSet(t *testing.T, c *pgv1.PostgresCluster) appsv1.StatefulSet {
 	t.Helper()
-	ac, err := BuildStatefulSet(c, testImage)
+	ac, err := BuildStatefulSet(c, testImages)
 	if err != nil {
 		t.Fatalf("BuildStatefulSet: %v", err)
 	}
@@ -120,7 +120,7 @@ func TestBuildStatefulSetVolumeClaimTemplate(t *testing.T) {
 // desired object never comes back from the API server and would make the StatefulSet look
 // changed on every reconcile.
 func TestBuildStatefulSetClaimTemplateHasNoNamespaceOrType(t *testing.T) {
-	ac, err := BuildStatefulSet(newCluster(), testImage)
+	ac, err := BuildStatefulSet(newCluster(), testImages)
 	if err != nil {
 		t.Fatalf("BuildStatefulSet: %v", err)
 	}
@@ -159,8 +159,8 @@ func TestBuildStatefulSetSecurity(t *testing.T) {
 	if diff := cmp.Diff(wantContainer, pod.Containers[0].SecurityContext); diff != "" {
 		t.Errorf("container security context (-want +got):\n%s", diff)
 	}
-	if pod.Containers[0].Image != testImage {
-		t.Errorf("image = %q, want %q", pod.Containers[0].Image, testImage)
+	if pod.Containers[0].Image != testImages.Postgres {
+		t.Errorf("image = %q, want %q", pod.Containers[0].Image, testImages.Postgres)
 	}
 }
 
@@ -245,47 +245,49 @@ func TestBuildStatefulSetScheduling(t *testing.T) {
 	}
 }
 
-func TestBuildStatefulSetConfigHashAnnotation(t *testing.T) {
-	hashOf := func(t *testing.T, c *pgv1.PostgresCluster) string {
-		t.Helper()
-		hash := buildStatefulSet(t, c).Spec.Template.Annotations[ConfigHashAnnotation]
-		if len(hash) != 16 {
-			t.Fatalf("config hash %q is not 16 hex characters", hash)
+func TestBuildStatefulSetRunsTheAgent(t *testing.T) {
+	c := newCluster()
+	sts := buildStatefulSet(t, c)
+	pod := sts.Spec.Template.Spec
+	if len(sts.Spec.Template.Annotations) != 0 {
+		t.Errorf("pod template annotations = %v; a configuration change must not roll the pods", sts.Spec.Template.Annotations)
+	}
+	if len(pod.InitContainers) != 1 || pod.InitContainers[0].Image != testImages.Agent ||
+		!slices.Equal(pod.InitContainers[0].Command, []string{AgentBinary, "install", "/pgpilot/bin/agent"}) {
+		t.Fatalf("init containers = %+v, want the agent installed from the operator image", pod.InitContainers)
+	}
+	pg := pod.Containers[0]
+	if !slices.Equal(pg.Command, []string{"/pgpilot/bin/agent"}) || len(pg.Args) != 0 {
+		t.Errorf("postgres container runs %v %v, want the agent", pg.Command, pg.Args)
+	}
+	env := map[string]corev1.EnvVar{}
+	for _, e := range pg.Env {
+		env[e.Name] = e
+	}
+	for name, secret := range map[string]string{
+		"PGPILOT_SUPERUSER_PASSWORD":   SuperuserSecretName(c),
+		"PGPILOT_REPLICATION_PASSWORD": ReplicationSecretName(c),
+		"PGPILOT_APP_USER":             AppSecretName(c),
+		"PGPILOT_APP_PASSWORD":         AppSecretName(c),
+		"PGPILOT_AGENT_TOKEN":          AgentSecretName(c),
+	} {
+		if ref := env[name].ValueFrom; ref == nil || ref.SecretKeyRef == nil || ref.SecretKeyRef.Name != secret {
+			t.Errorf("env %s = %+v, want a reference to Secret %s", name, env[name], secret)
 		}
-		return hash
 	}
-	withParams := func(params map[string]string) func(*pgv1.PostgresCluster) {
-		return func(c *pgv1.PostgresCluster) { c.Spec.PostgreSQL.Parameters = params }
+	for name, want := range map[string]string{
+		"PGDATA": PGDataPath, "PGPILOT_INITIAL_PRIMARY": "db-0", "PGPILOT_PRIMARY_HOST": "db-rw", "PGPILOT_APP_DATABASE": "app",
+	} {
+		if env[name].Value != want {
+			t.Errorf("env %s = %q, want %q", name, env[name].Value, want)
+		}
 	}
-	base := hashOf(t, newCluster(withParams(map[string]string{"max_connections": "100"})))
-
-	tests := []struct {
-		name       string
-		mutate     func(*pgv1.PostgresCluster)
-		wantChange bool
-	}{
-		{name: "same parameters", mutate: withParams(map[string]string{"max_connections": "100"})},
-		{name: "non-configuration field changed", wantChange: false, mutate: func(c *pgv1.PostgresCluster) {
-			withParams(map[string]string{"max_connections": "100"})(c)
-			c.Spec.Instances = 1
-			c.Spec.Storage.Size = resource.MustParse("5Gi")
-		}},
-		{name: "parameter value changed", wantChange: true, mutate: withParams(map[string]string{"max_connections": "200"})},
-		{name: "parameter added", wantChange: true, mutate: withParams(map[string]string{"max_connections": "100", "work_mem": "8MB"})},
-		{name: "pg_hba line added", wantChange: true, mutate: func(c *pgv1.PostgresCluster) {
-			withParams(map[string]string{"max_connections": "100"})(c)
-			c.Spec.PostgreSQL.PgHBA = []string{"host app app 10.0.0.0/8 scram-sha-256"}
-		}},
+	if ref := env["PGPILOT_POD_NAME"].ValueFrom; ref == nil || ref.FieldRef == nil || ref.FieldRef.FieldPath != "metadata.name" {
+		t.Errorf("PGPILOT_POD_NAME = %+v, want the downward API pod name", env["PGPILOT_POD_NAME"])
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			got := hashOf(t, newCluster(tt.mutate))
-			if changed := got != base; changed != tt.wantChange {
-				t.Errorf("hash %s vs base %s: changed = %v, want %v", got, base, changed, tt.wantChange)
-			}
-			if strings.Trim(got, "0123456789abcdef") != "" {
-				t.Errorf("hash %q is not lowercase hex", got)
-			}
-		})
+	for probe, path := range map[*corev1.Probe]string{pg.StartupProbe: "/startupz", pg.ReadinessProbe: "/readyz", pg.LivenessProbe: "/healthz"} {
+		if probe == nil || probe.HTTPGet == nil || probe.HTTPGet.Path != path || probe.HTTPGet.Port.StrVal != "agent" {
+			t.Errorf("probe %+v, want GET %s on the agent port", probe, path)
+		}
 	}
 }

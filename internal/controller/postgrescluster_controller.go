@@ -39,6 +39,8 @@ type PostgresClusterReconciler struct {
 	// DefaultImage is the PostgreSQL image for clusters without spec.image
 	// (the operator's RELATED_IMAGE_POSTGRES).
 	DefaultImage string
+	// AgentImage is the operator's own image, which carries the instance agent.
+	AgentImage string
 	// MaxConcurrentReconciles is safe above 1: the workqueue never hands one key to two workers.
 	MaxConcurrentReconciles int
 	// ReconcileTimeout bounds one reconcile and with it every API call it makes.

@@ -32,7 +32,11 @@ func (r *PostgresClusterReconciler) ensureStatefulSet(ctx context.Context, s *sc
 		s.fail("NoImage", "spec.image is empty and the operator has no default PostgreSQL image (RELATED_IMAGE_POSTGRES)")
 		return ctrl.Result{}, nil
 	}
-	desired, err := pgbuilder.BuildStatefulSet(s.cluster, image)
+	if r.AgentImage == "" {
+		s.fail("NoAgentImage", "the operator does not know its own image, which carries the instance agent (set RELATED_IMAGE_AGENT)")
+		return ctrl.Result{}, nil
+	}
+	desired, err := pgbuilder.BuildStatefulSet(s.cluster, pgbuilder.Images{Postgres: image, Agent: r.AgentImage})
 	if err != nil {
 		s.fail("InvalidSpec", err.Error())
 		return ctrl.Result{}, nil

@@ -35,6 +35,7 @@ var (
 
 const (
 	testImage           = "registry.example/postgres:15"
+	testAgentImage      = "registry.example/pgpilot-operator:test"
 	testRequeueInterval = time.Second
 )
 
@@ -69,6 +70,7 @@ var _ = BeforeSuite(func() {
 		APIReader:               mgr.GetAPIReader(),
 		Recorder:                mgr.GetEventRecorder("pgpilot"),
 		DefaultImage:            testImage,
+		AgentImage:              testAgentImage,
 		MaxConcurrentReconciles: 2,
 		ReconcileTimeout:        30 * time.Second,
 		RequeueInterval:         testRequeueInterval,

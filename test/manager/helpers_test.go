@@ -62,6 +62,7 @@ func startManagerWithEnv(name string, env []string, args ...string) *managerProc
 	m.cmd.Env = append(os.Environ(),
 		"KUBECONFIG="+managerKubeconfig,
 		"RELATED_IMAGE_POSTGRES=postgres:15",
+		"RELATED_IMAGE_AGENT=pgpilot-operator:test",
 	)
 	m.cmd.Env = append(m.cmd.Env, env...)
 	m.cmd.Stdout, m.cmd.Stderr = logFile, logFile
