@@ -90,6 +90,7 @@ func fromEnvironment() (*agent.Agent, error) {
 		},
 		ShutdownGrace:  50 * time.Second,
 		ConfigInterval: 5 * time.Second,
+		CloneRetry:     2 * time.Second,
 	}
 	socketDir := env("PGPILOT_SOCKET_DIR", "/var/run/postgresql")
 	if len(missing) > 0 {

@@ -32,6 +32,8 @@ type Config struct {
 	Roles          postgres.Roles
 	ShutdownGrace  time.Duration
 	ConfigInterval time.Duration
+	// CloneRetry is the first delay between clone attempts; it grows to 30s.
+	CloneRetry time.Duration
 }
 
 // Agent supervises one PostgreSQL instance.
@@ -117,7 +119,7 @@ func (a *Agent) bootstrap(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-time.After(min(time.Duration(attempt)*2*time.Second, 30*time.Second)):
+		case <-time.After(min(time.Duration(attempt)*a.Config.CloneRetry, 30*time.Second)):
 		}
 	}
 }

@@ -9,8 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/go-logr/logr/testr"
-
 	pgbuilder "github.com/pgpilot/pgpilot-operator/internal/builder"
 	"github.com/pgpilot/pgpilot-operator/internal/instance/agent"
 	"github.com/pgpilot/pgpilot-operator/internal/instance/pgtest"
@@ -22,28 +20,14 @@ const token = "agent-token-for-tests"
 var roles = postgres.Roles{ReplicationUser: pgbuilder.ReplicationUser, ReplicationPassword: "repl",
 	AppOwner: "app", AppPassword: "app-pass", AppDatabase: "app"}
 
-type runningAgent struct {
-	api  string
-	inst *postgres.Instance
-	done chan error
-	stop context.CancelFunc
-}
-
-// startAgent runs an agent for pod over a real PostgreSQL instance, as the container would.
-func startAgent(t *testing.T, pod string, inst *postgres.Instance, primaryPort int) *runningAgent {
-	t.Helper()
-	api := fmt.Sprintf("127.0.0.1:%d", pgtest.FreePort(t))
-	a := &agent.Agent{Instance: inst, Log: testr.New(t).WithName(pod), Config: agent.Config{
+func agentConfig(pod string, inst *postgres.Instance, primaryPort int) agent.Config {
+	return agent.Config{
 		PodName: pod, InitialPrimary: "db-0", PrimaryHost: "127.0.0.1", PrimaryPort: primaryPort,
-		ConfigFiles:   []string{inst.ConfigFile, inst.Settings["hba_file"]},
-		ListenAddress: api, Token: token, Superuser: "postgres", SuperuserPass: "super",
+		ConfigFiles: []string{inst.ConfigFile, inst.Settings["hba_file"]},
+		Token:       token, Superuser: "postgres", SuperuserPass: "super",
 		Roles: roles, ShutdownGrace: 10 * time.Second, ConfigInterval: 200 * time.Millisecond,
-	}}
-	ctx, cancel := context.WithCancel(context.Background())
-	r := &runningAgent{api: "http://" + api, inst: inst, done: make(chan error, 1), stop: cancel}
-	go func() { r.done <- a.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-r.done })
-	return r
+		CloneRetry: 200 * time.Millisecond,
+	}
 }
 
 func get(url, bearer string) (int, string, error) {
@@ -60,8 +44,8 @@ func get(url, bearer string) (int, string, error) {
 	return resp.StatusCode, string(body), nil
 }
 
-func status(t *testing.T, r *runningAgent) (*postgres.Status, error) {
-	code, body, err := get(r.api+agent.PathStatus, token)
+func status(r *pgtest.RunningAgent) (*postgres.Status, error) {
+	code, body, err := get(r.URL+agent.PathStatus, token)
 	if err != nil {
 		return nil, err
 	}
@@ -77,12 +61,12 @@ func TestAgentsBootstrapReplicateReloadAndReport(t *testing.T) {
 	primaryInst, standbyInst := pgtest.NewInstance(t, "db-0"), pgtest.NewInstance(t, "db-1")
 	// Both start at once: the standby keeps retrying its clone until the primary is up and
 	// has created the replication role.
-	primary := startAgent(t, "db-0", primaryInst, primaryInst.Port)
-	standby := startAgent(t, "db-1", standbyInst, primaryInst.Port)
+	primary := pgtest.StartAgent(t, agentConfig("db-0", primaryInst, primaryInst.Port), primaryInst)
+	standby := pgtest.StartAgent(t, agentConfig("db-1", standbyInst, primaryInst.Port), standbyInst)
 
-	for _, r := range []*runningAgent{primary, standby} {
-		pgtest.Eventually(t, "agent ready at "+r.api, func() error {
-			code, body, err := get(r.api+agent.PathReadiness, "")
+	for _, r := range []*pgtest.RunningAgent{primary, standby} {
+		pgtest.Eventually(t, "agent ready at "+r.URL, func() error {
+			code, body, err := get(r.URL+agent.PathReadiness, "")
 			if err == nil && code != http.StatusOK {
 				err = fmt.Errorf("%d %s", code, body)
 			}
@@ -91,7 +75,7 @@ func TestAgentsBootstrapReplicateReloadAndReport(t *testing.T) {
 	}
 
 	for _, c := range []struct{ name, bearer string }{{"no token", ""}, {"wrong token", "nope"}} {
-		if code, _, err := get(primary.api+agent.PathStatus, c.bearer); err != nil || code != http.StatusUnauthorized {
+		if code, _, err := get(primary.URL+agent.PathStatus, c.bearer); err != nil || code != http.StatusUnauthorized {
 			t.Errorf("status with %s = %d (%v), want 401", c.name, code, err)
 		}
 	}
@@ -106,11 +90,11 @@ func TestAgentsBootstrapReplicateReloadAndReport(t *testing.T) {
 		return standbyApp.QueryRow(ctx, "SELECT v FROM t").Scan(&v)
 	})
 	pgtest.Eventually(t, "roles and replication reported over the API", func() error {
-		p, err := status(t, primary)
+		p, err := status(primary)
 		if err != nil {
 			return err
 		}
-		s, err := status(t, standby)
+		s, err := status(standby)
 		if err != nil {
 			return err
 		}
@@ -135,11 +119,9 @@ func TestAgentsBootstrapReplicateReloadAndReport(t *testing.T) {
 	})
 
 	// SIGTERM in the pod: the agent stops PostgreSQL cleanly and returns without error.
-	standby.stop()
-	if err := <-standby.done; err != nil {
+	if err := standby.Stop(); err != nil {
 		t.Fatalf("standby agent stop: %v", err)
 	}
-	standby.done <- nil // for the cleanup
 	if standbyInst.Running() {
 		t.Fatal("postgres still running after the agent stopped")
 	}

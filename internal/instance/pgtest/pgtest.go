@@ -4,24 +4,36 @@ package pgtest
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"os"
 	"os/user"
 	"path/filepath"
 	"strconv"
+	"sync"
 	"syscall"
-	"testing"
 	"time"
 
+	"github.com/go-logr/logr/funcr"
 	"github.com/jackc/pgx/v5"
 	"k8s.io/apimachinery/pkg/api/resource"
 
 	pgv1 "github.com/pgpilot/pgpilot-operator/api/v1alpha1"
 	pgbuilder "github.com/pgpilot/pgpilot-operator/internal/builder"
+	"github.com/pgpilot/pgpilot-operator/internal/instance/agent"
 	"github.com/pgpilot/pgpilot-operator/internal/instance/postgres"
 )
 
-func BinDir(t *testing.T) string {
+// TB is what the helpers need of a test: *testing.T, or GinkgoT() in a Ginkgo suite.
+type TB interface {
+	Helper()
+	Fatal(args ...any)
+	Fatalf(format string, args ...any)
+	Logf(format string, args ...any)
+	Cleanup(func())
+}
+
+func BinDir(t TB) string {
 	t.Helper()
 	dir := os.Getenv("PGPILOT_PG_BINDIR")
 	if dir == "" {
@@ -34,7 +46,7 @@ func BinDir(t *testing.T) string {
 }
 
 // RunAs is the postgres OS user when the tests run as root, which PostgreSQL refuses.
-func RunAs(t *testing.T) *syscall.Credential {
+func RunAs(t TB) *syscall.Credential {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		return nil
@@ -48,7 +60,7 @@ func RunAs(t *testing.T) *syscall.Credential {
 	return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}
 }
 
-func FreePort(t *testing.T) int {
+func FreePort(t TB) int {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -67,7 +79,7 @@ func Cluster(parameters map[string]string) *pgv1.PostgresCluster {
 }
 
 // NewInstance prepares a data directory and pgpilot's configuration files for one server.
-func NewInstance(t *testing.T, name string) *postgres.Instance {
+func NewInstance(t TB, name string) *postgres.Instance {
 	t.Helper()
 	cred := RunAs(t)
 	dir, err := os.MkdirTemp("", "pgpilot-"+name+"-")
@@ -107,7 +119,7 @@ func NewInstance(t *testing.T, name string) *postgres.Instance {
 }
 
 // WriteConfig renders the operator's configuration files for cluster into the instance.
-func WriteConfig(t *testing.T, inst *postgres.Instance, cluster *pgv1.PostgresCluster) {
+func WriteConfig(t TB, inst *postgres.Instance, cluster *pgv1.PostgresCluster) {
 	t.Helper()
 	files := map[string]string{
 		inst.ConfigFile:           pgbuilder.PostgresqlConf(cluster),
@@ -120,7 +132,7 @@ func WriteConfig(t *testing.T, inst *postgres.Instance, cluster *pgv1.PostgresCl
 	}
 }
 
-func Connect(t *testing.T, inst *postgres.Instance, user, password, database string) *pgx.Conn {
+func Connect(t TB, inst *postgres.Instance, user, password, database string) *pgx.Conn {
 	t.Helper()
 	var conn *pgx.Conn
 	deadline := time.Now().Add(60 * time.Second)
@@ -139,9 +151,9 @@ func Connect(t *testing.T, inst *postgres.Instance, user, password, database str
 	return conn
 }
 
-func Eventually(t *testing.T, what string, check func() error) {
+func Eventually(t TB, what string, check func() error) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
+	deadline := time.Now().Add(60 * time.Second)
 	for {
 		err := check()
 		if err == nil {
@@ -156,11 +168,46 @@ func Eventually(t *testing.T, what string, check func() error) {
 
 // logWriter sends a server's log to the test log, prefixed with its name.
 type logWriter struct {
-	t    *testing.T
+	t    TB
 	name string
 }
 
 func (w logWriter) Write(p []byte) (int, error) {
 	w.t.Logf("[%s] %s", w.name, p)
 	return len(p), nil
+}
+
+// RunningAgent is an instance agent running in this process over a real PostgreSQL server.
+type RunningAgent struct {
+	// URL of its API, http://127.0.0.1:<port>.
+	URL      string
+	Instance *postgres.Instance
+	done     chan error
+	stop     context.CancelFunc
+	once     sync.Once
+	err      error
+}
+
+// Stop stops the agent (as SIGTERM would) and returns what Run returned.
+func (r *RunningAgent) Stop() error {
+	r.once.Do(func() {
+		r.stop()
+		r.err = <-r.done
+	})
+	return r.err
+}
+
+// StartAgent runs an agent for pod over inst, as the container would; cfg's address is chosen
+// here. It is stopped when the test ends.
+func StartAgent(t TB, cfg agent.Config, inst *postgres.Instance) *RunningAgent {
+	t.Helper()
+	cfg.ListenAddress = fmt.Sprintf("127.0.0.1:%d", FreePort(t))
+	a := &agent.Agent{Instance: inst, Config: cfg, Log: funcr.New(func(prefix, args string) {
+		t.Logf("[agent %s] %s %s", cfg.PodName, prefix, args)
+	}, funcr.Options{})}
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &RunningAgent{URL: "http://" + cfg.ListenAddress, Instance: inst, done: make(chan error, 1), stop: cancel}
+	go func() { r.done <- a.Run(ctx) }()
+	t.Cleanup(func() { _ = r.Stop() })
+	return r
 }
