@@ -14,34 +14,41 @@ type PostgresClusterSpec struct {
 	// +kubebuilder:validation:Maximum=9
 	// +kubebuilder:default=3
 	// +optional
+	// +operator-sdk:csv:customresourcedefinitions:type=spec,displayName="Instances",xDescriptors={"urn:alm:descriptor:com.tectonic.ui:podCount"},order=1
 	Instances int32 `json:"instances,omitempty"`
 
 	// Container image with the PostgreSQL server binaries. Defaults to the image the operator
 	// was installed with (its RELATED_IMAGE_POSTGRES environment variable).
 	// +kubebuilder:validation:MaxLength=512
 	// +optional
+	// +operator-sdk:csv:customresourcedefinitions:type=spec,displayName="PostgreSQL Image",xDescriptors={"urn:alm:descriptor:com.tectonic.ui:text","urn:alm:descriptor:com.tectonic.ui:advanced"},order=6
 	Image string `json:"image,omitempty"`
 
 	// Persistent storage for each instance's data directory.
 	// +required
+	// +operator-sdk:csv:customresourcedefinitions:type=spec,displayName="Storage",order=2
 	Storage StorageSpec `json:"storage"`
 
 	// Compute resources of the PostgreSQL container of every instance.
 	// +optional
+	// +operator-sdk:csv:customresourcedefinitions:type=spec,displayName="Resources",xDescriptors={"urn:alm:descriptor:com.tectonic.ui:resourceRequirements"},order=3
 	Resources corev1.ResourceRequirements `json:"resources,omitempty"`
 
 	// PostgreSQL server configuration.
 	// +kubebuilder:default={}
 	// +optional
+	// +operator-sdk:csv:customresourcedefinitions:type=spec,displayName="PostgreSQL Configuration",order=4
 	PostgreSQL PostgreSQLSpec `json:"postgresql,omitempty"`
 
 	// How the cluster's first instance is initialised. Immutable.
 	// +kubebuilder:default={initdb:{}}
 	// +optional
+	// +operator-sdk:csv:customresourcedefinitions:type=spec,displayName="Bootstrap",order=5
 	Bootstrap BootstrapSpec `json:"bootstrap,omitempty"`
 
 	// Where the instances' pods may be scheduled.
 	// +optional
+	// +operator-sdk:csv:customresourcedefinitions:type=spec,displayName="Scheduling",xDescriptors={"urn:alm:descriptor:com.tectonic.ui:advanced"},order=7
 	Scheduling SchedulingSpec `json:"scheduling,omitempty"`
 }
 
@@ -65,17 +72,20 @@ type StorageSpec struct {
 	// +kubebuilder:validation:MaxLength=32
 	// +kubebuilder:validation:Pattern=`^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$`
 	// +required
+	// +operator-sdk:csv:customresourcedefinitions:type=spec,displayName="Storage Size",xDescriptors={"urn:alm:descriptor:com.tectonic.ui:text"}
 	Size resource.Quantity `json:"size"`
 
 	// StorageClass of the volumes; empty uses the cluster's default class. Immutable.
 	// +kubebuilder:validation:MaxLength=253
 	// +optional
+	// +operator-sdk:csv:customresourcedefinitions:type=spec,displayName="Storage Class",xDescriptors={"urn:alm:descriptor:io.kubernetes:StorageClass"}
 	StorageClassName *string `json:"storageClassName,omitempty"`
 
 	// What happens to the volume claims when the cluster is deleted: Retain (the default)
 	// keeps them and their data, Delete removes them.
 	// +kubebuilder:default=Retain
 	// +optional
+	// +operator-sdk:csv:customresourcedefinitions:type=spec,displayName="Volume Reclaim Policy",xDescriptors={"urn:alm:descriptor:com.tectonic.ui:select:Retain","urn:alm:descriptor:com.tectonic.ui:select:Delete"}
 	ReclaimPolicy PVCReclaimPolicy `json:"reclaimPolicy,omitempty"`
 }
 
@@ -101,6 +111,7 @@ type PostgreSQLSpec struct {
 	// +kubebuilder:validation:XValidation:rule="!('recovery_target_timeline' in self)",message="postgresql.parameters.recovery_target_timeline is managed by pgpilot and cannot be set"
 	// +kubebuilder:validation:XValidation:rule="!('cluster_name' in self)",message="postgresql.parameters.cluster_name is managed by pgpilot and cannot be set"
 	// +optional
+	// +operator-sdk:csv:customresourcedefinitions:type=spec,displayName="PostgreSQL Parameters",xDescriptors={"urn:alm:descriptor:com.tectonic.ui:advanced"}
 	Parameters map[string]string `json:"parameters,omitempty"`
 
 	// Extra pg_hba.conf lines, inserted before pgpilot's own rules, for example
@@ -108,6 +119,7 @@ type PostgreSQLSpec struct {
 	// +kubebuilder:validation:MaxItems=100
 	// +kubebuilder:validation:items:MaxLength=512
 	// +optional
+	// +operator-sdk:csv:customresourcedefinitions:type=spec,displayName="Extra pg_hba.conf Rules",xDescriptors={"urn:alm:descriptor:com.tectonic.ui:advanced"}
 	PgHBA []string `json:"pgHBA,omitempty"`
 }
 
@@ -116,6 +128,7 @@ type BootstrapSpec struct {
 	// Create an empty cluster with initdb.
 	// +kubebuilder:default={}
 	// +optional
+	// +operator-sdk:csv:customresourcedefinitions:type=spec,displayName="initdb"
 	InitDB InitDBSpec `json:"initdb,omitempty"`
 }
 
@@ -126,6 +139,7 @@ type InitDBSpec struct {
 	// +kubebuilder:validation:MaxLength=63
 	// +kubebuilder:validation:Pattern=`^[a-z_][a-z0-9_]*$`
 	// +optional
+	// +operator-sdk:csv:customresourcedefinitions:type=spec,displayName="Application Database",xDescriptors={"urn:alm:descriptor:com.tectonic.ui:text"}
 	Database string `json:"database,omitempty"`
 
 	// Name of the role that owns the application database.
@@ -133,11 +147,13 @@ type InitDBSpec struct {
 	// +kubebuilder:validation:MaxLength=63
 	// +kubebuilder:validation:Pattern=`^[a-z_][a-z0-9_]*$`
 	// +optional
+	// +operator-sdk:csv:customresourcedefinitions:type=spec,displayName="Application Owner Role",xDescriptors={"urn:alm:descriptor:com.tectonic.ui:text"}
 	Owner string `json:"owner,omitempty"`
 
 	// A Secret of type kubernetes.io/basic-auth in the cluster's namespace holding the owner's
 	// username and password. When empty, pgpilot generates <cluster>-app.
 	// +optional
+	// +operator-sdk:csv:customresourcedefinitions:type=spec,displayName="Application Owner Secret",xDescriptors={"urn:alm:descriptor:io.kubernetes:Secret"}
 	Secret *corev1.LocalObjectReference `json:"secret,omitempty"`
 }
 
@@ -146,18 +162,22 @@ type InitDBSpec struct {
 type SchedulingSpec struct {
 	// Affinity of the instance pods; replaces pgpilot's default anti-affinity when set.
 	// +optional
+	// +operator-sdk:csv:customresourcedefinitions:type=spec,displayName="Affinity",xDescriptors={"urn:alm:descriptor:com.tectonic.ui:advanced"}
 	Affinity *corev1.Affinity `json:"affinity,omitempty"`
 
 	// Tolerations of the instance pods.
 	// +optional
+	// +operator-sdk:csv:customresourcedefinitions:type=spec,displayName="Tolerations",xDescriptors={"urn:alm:descriptor:com.tectonic.ui:advanced"}
 	Tolerations []corev1.Toleration `json:"tolerations,omitempty"`
 
 	// Node labels the instance pods must match.
 	// +optional
+	// +operator-sdk:csv:customresourcedefinitions:type=spec,displayName="Node Selector",xDescriptors={"urn:alm:descriptor:com.tectonic.ui:advanced"}
 	NodeSelector map[string]string `json:"nodeSelector,omitempty"`
 
 	// How the instance pods spread across topology domains.
 	// +optional
+	// +operator-sdk:csv:customresourcedefinitions:type=spec,displayName="Topology Spread Constraints",xDescriptors={"urn:alm:descriptor:com.tectonic.ui:advanced"}
 	TopologySpreadConstraints []corev1.TopologySpreadConstraint `json:"topologySpreadConstraints,omitempty"`
 }
 
@@ -191,33 +211,86 @@ type PostgresClusterStatus struct {
 	// +listType=map
 	// +listMapKey=type
 	// +optional
+	// +operator-sdk:csv:customresourcedefinitions:type=status,displayName="Conditions",xDescriptors={"urn:alm:descriptor:io.kubernetes.conditions"},order=2
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
 
 	// One-word summary: Pending, Bootstrapping, Ready, Scaling, Degraded or Deleting.
 	// +optional
+	// +operator-sdk:csv:customresourcedefinitions:type=status,displayName="Phase",xDescriptors={"urn:alm:descriptor:io.kubernetes.phase"},order=1
 	Phase Phase `json:"phase,omitempty"`
 
 	// Number of instance pods that exist.
 	// +optional
+	// +operator-sdk:csv:customresourcedefinitions:type=status,displayName="Instances",xDescriptors={"urn:alm:descriptor:text"},order=3
 	Instances int32 `json:"instances,omitempty"`
 
 	// Number of instances that are ready to serve.
 	// +optional
+	// +operator-sdk:csv:customresourcedefinitions:type=status,displayName="Ready Instances",xDescriptors={"urn:alm:descriptor:text"},order=4
 	ReadyInstances int32 `json:"readyInstances,omitempty"`
 
 	// Name of the pod currently acting as primary.
 	// +optional
+	// +operator-sdk:csv:customresourcedefinitions:type=status,displayName="Current Primary",xDescriptors={"urn:alm:descriptor:io.kubernetes:Pod"},order=5
 	CurrentPrimary string `json:"currentPrimary,omitempty"`
 
 	// The metadata.generation this status was computed from.
 	// +optional
+	// +operator-sdk:csv:customresourcedefinitions:type=status,displayName="Observed Generation",xDescriptors={"urn:alm:descriptor:text"},order=6
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+
+	// What each instance's agent last reported.
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=9
+	// +optional
+	// +operator-sdk:csv:customresourcedefinitions:type=status,displayName="Instances Status",order=7
+	InstancesStatus []InstanceStatus `json:"instancesStatus,omitempty"`
+}
+
+// InstanceStatus is one instance as its agent reported it.
+type InstanceStatus struct {
+	// Name of the instance's pod.
+	Name string `json:"name"`
+
+	// Whether the pod is ready (PostgreSQL accepts connections).
+	// +optional
+	Ready bool `json:"ready,omitempty"`
+
+	// primary or replica, as PostgreSQL itself says (pg_is_in_recovery).
+	// +optional
+	Role string `json:"role,omitempty"`
+
+	// WAL timeline the instance is on.
+	// +optional
+	Timeline int64 `json:"timeline,omitempty"`
+
+	// WAL position: the current write position of a primary, the replayed one of a replica.
+	// +optional
+	LSN string `json:"lsn,omitempty"`
+
+	// Whether a replica streams WAL from the primary.
+	// +optional
+	Streaming bool `json:"streaming,omitempty"`
+
+	// Bytes of WAL a replica has yet to replay, as the primary sees it.
+	// +optional
+	LagBytes *int64 `json:"lagBytes,omitempty"`
+
+	// Settings changed in the configuration that take effect only after a restart.
+	// +optional
+	PendingRestart []string `json:"pendingRestart,omitempty"`
+
+	// Why the agent could not be asked, when it could not.
+	// +optional
+	Error string `json:"error,omitempty"`
 }
 
 // PostgresCluster is a highly available PostgreSQL cluster: a primary, streaming replicas,
 // and the Services applications connect to (<name>-rw, <name>-ro, <name>-r).
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
+// +operator-sdk:csv:customresourcedefinitions:displayName="PostgreSQL Cluster",resources={{StatefulSet,v1},{Pod,v1},{Service,v1},{Secret,v1},{ConfigMap,v1},{PodDisruptionBudget,v1},{PersistentVolumeClaim,v1},{Event,v1}}
 // +kubebuilder:resource:shortName=pgc,categories=pgpilot
 // +kubebuilder:printcolumn:name="Instances",type=integer,JSONPath=`.spec.instances`
 // +kubebuilder:printcolumn:name="Ready",type=integer,JSONPath=`.status.readyInstances`

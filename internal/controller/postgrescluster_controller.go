@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"time"
@@ -30,6 +31,10 @@ const defaultRequeueInterval = 15 * time.Second
 // staleRetry is the delay before retrying a status write that raced a newer version.
 const staleRetry = time.Second
 
+// defaultHealthInterval: a running cluster is looked at this often even when nothing changes,
+// to notice what only the agents can tell (a replica that stopped streaming, lag).
+const defaultHealthInterval = 30 * time.Second
+
 // PostgresClusterReconciler drives PostgresClusters towards their spec.
 type PostgresClusterReconciler struct {
 	client.Client
@@ -47,6 +52,11 @@ type PostgresClusterReconciler struct {
 	ReconcileTimeout time.Duration
 	// RequeueInterval is the "not yet" delay; zero means defaultRequeueInterval.
 	RequeueInterval time.Duration
+	// HealthInterval is how often a running cluster's agents are asked for their status;
+	// zero means defaultHealthInterval.
+	HealthInterval time.Duration
+	// AgentAddress finds an instance's agent; nil means AgentAddress (pod IP, agent port).
+	AgentAddress func(*corev1.Pod) string
 }
 
 func (r *PostgresClusterReconciler) notYet() ctrl.Result {
@@ -71,6 +81,7 @@ func (r *PostgresClusterReconciler) stages() []stage {
 		{"services", r.ensureServices},
 		{"poddisruptionbudget", r.ensurePodDisruptionBudget},
 		{"bootstrap", r.waitForBootstrap},
+		{"instances", r.observeInstances},
 		{"primary", r.confirmPrimary},
 	}
 }
@@ -96,6 +107,9 @@ func (r *PostgresClusterReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 	stale, statusErr := r.updateStatus(ctx, s, err)
 	if err = errors.Join(err, statusErr); err != nil {
 		return ctrl.Result{}, err
+	}
+	if result.IsZero() && s.primary != "" {
+		result.RequeueAfter = cmp.Or(r.HealthInterval, defaultHealthInterval)
 	}
 	if stale && (result.RequeueAfter == 0 || result.RequeueAfter > staleRetry) {
 		// The cluster changed since the cache served it: look again once the cache caught up.

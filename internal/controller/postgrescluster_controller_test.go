@@ -127,33 +127,6 @@ var _ = Describe("PostgresCluster reconciler", func() {
 		Expect(resourceVersions(cluster)).To(Equal(versions))
 	})
 
-	It("elects the first ready instance as primary and becomes Ready", func() {
-		c := updateCluster(cluster, func(c *pgv1.PostgresCluster) { c.Spec.Instances = 2 })
-
-		markPodReady(c.Namespace, pgbuilder.InstancePodName(c, 0))
-		Eventually(func(g Gomega) {
-			pod := &corev1.Pod{}
-			g.Expect(k8sClient.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: pgbuilder.InstancePodName(c, 0)}, pod)).To(Succeed())
-			g.Expect(pod.Labels).To(HaveKeyWithValue(pgbuilder.RoleLabel, pgbuilder.RolePrimary))
-			g.Expect(fetch(c).Status.CurrentPrimary).To(Equal(pod.Name))
-		}).Should(Succeed())
-
-		// The StatefulSet controller creates the second instance once the first is ready.
-		markPodReady(c.Namespace, pgbuilder.InstancePodName(c, 1))
-		Eventually(func(g Gomega) {
-			pod := &corev1.Pod{}
-			g.Expect(k8sClient.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: pgbuilder.InstancePodName(c, 1)}, pod)).To(Succeed())
-			g.Expect(pod.Labels).To(HaveKeyWithValue(pgbuilder.RoleLabel, pgbuilder.RoleReplica))
-			got := fetch(c)
-			g.Expect(got.Status.Phase).To(Equal(pgv1.PhaseReady))
-			g.Expect(got.Status.ReadyInstances).To(Equal(int32(2)))
-			g.Expect(condition(got, pgv1.ConditionReady).Status).To(Equal(metav1.ConditionTrue))
-			g.Expect(condition(got, pgv1.ConditionProgressing).Status).To(Equal(metav1.ConditionFalse))
-			g.Expect(condition(got, pgv1.ConditionDegraded).Status).To(Equal(metav1.ConditionFalse))
-		}).Should(Succeed())
-		Eventually(eventReasons).WithArguments(c).Should(ContainElements("PrimaryElected", "ClusterReady"))
-	})
-
 	It("lets garbage collection remove the children when the cluster is deleted", func() {
 		for _, child := range children(cluster) {
 			Eventually(get).WithArguments(child).Should(Succeed())

@@ -3,12 +3,15 @@ package controller
 import (
 	"context"
 	"fmt"
+	"slices"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	pgbuilder "github.com/pgpilot/pgpilot-operator/internal/builder"
+	"github.com/pgpilot/pgpilot-operator/internal/instance/postgres"
 )
 
 // podsByClusterIndex indexes the cached pods by their cluster label, so listing one cluster's
@@ -61,9 +64,27 @@ func electPrimary(s *scope) string {
 	return ""
 }
 
-// confirmPrimary labels the primary pod role=primary and every other instance role=replica, so
-// the -rw and -ro Services route to them.
+// confirmPrimary settles who is primary — the instance whose PostgreSQL says so, when the
+// agents answered — then labels it role=primary and every other instance role=replica, so the
+// -rw and -ro Services route to them. Two instances claiming to be primary stop everything
+// until fencing exists: relabelling either could send writes to the wrong one.
 func (r *PostgresClusterReconciler) confirmPrimary(ctx context.Context, s *scope) (ctrl.Result, error) {
+	var claims []string
+	for name, status := range s.agents {
+		if status.Role == postgres.RolePrimary {
+			claims = append(claims, name)
+		}
+	}
+	slices.Sort(claims)
+	switch len(claims) {
+	case 0:
+	case 1:
+		s.primary = claims[0]
+	default:
+		s.fail("MultiplePrimaries", fmt.Sprintf("instances %s all claim to be primary; pgpilot changes nothing until this is resolved",
+			strings.Join(claims, ", ")))
+		return ctrl.Result{}, nil
+	}
 	for i := range s.pods {
 		pod := &s.pods[i]
 		role := pgbuilder.RoleReplica

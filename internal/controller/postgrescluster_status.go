@@ -7,6 +7,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	pgv1 "github.com/pgpilot/pgpilot-operator/api/v1alpha1"
+	"github.com/pgpilot/pgpilot-operator/internal/instance/postgres"
 )
 
 // observation is what one reconcile saw, the only input of the status.
@@ -17,8 +18,14 @@ type observation struct {
 	readyInstances int32
 	primary        string
 	primaryReady   bool
-	waiting        *reasonMessage
-	failure        *reasonMessage
+	// primaryWritable: the primary's agent says PostgreSQL is not in recovery.
+	primaryWritable bool
+	// streamingReplicas is how many replicas' agents say they stream from the primary.
+	streamingReplicas int32
+	// instancesStatus is what the agents said, nil when they were not asked.
+	instancesStatus []pgv1.InstanceStatus
+	waiting         *reasonMessage
+	failure         *reasonMessage
 }
 
 func observe(s *scope) observation {
@@ -44,6 +51,17 @@ func observe(s *scope) observation {
 			o.primaryReady = podReady(&s.pods[i])
 		}
 	}
+	if s.agents != nil {
+		o.instancesStatus = s.instances
+		for name, st := range s.agents {
+			switch {
+			case name == o.primary && st.Role == postgres.RolePrimary:
+				o.primaryWritable = true
+			case name != o.primary && st.Role == postgres.RoleReplica && st.Streaming:
+				o.streamingReplicas++
+			}
+		}
+	}
 	return o
 }
 
@@ -53,6 +71,9 @@ func computeStatus(status *pgv1.PostgresClusterStatus, o observation) {
 	status.Instances = o.instances
 	status.ReadyInstances = o.readyInstances
 	status.CurrentPrimary = o.primary
+	if o.instancesStatus != nil {
+		status.InstancesStatus = o.instancesStatus
+	}
 	if o.failure == nil {
 		status.ObservedGeneration = o.generation
 	}
@@ -62,8 +83,10 @@ func computeStatus(status *pgv1.PostgresClusterStatus, o observation) {
 	status.Phase = phase(o)
 }
 
+// allReady: the primary accepts writes and every replica is ready and streams from it.
 func allReady(o observation) bool {
-	return o.primaryReady && o.instances == o.desired && o.readyInstances == o.desired
+	return o.primaryReady && o.primaryWritable && o.instances == o.desired && o.readyInstances == o.desired &&
+		o.streamingReplicas == o.desired-1
 }
 
 func setDegradedCondition(status *pgv1.PostgresClusterStatus, o observation) {
@@ -89,9 +112,14 @@ func setReadyCondition(status *pgv1.PostgresClusterStatus, o observation) {
 		c.Reason, c.Message = "NoPrimary", "the cluster has no primary yet"
 	case !o.primaryReady:
 		c.Reason, c.Message = "PrimaryNotReady", fmt.Sprintf("primary %s does not accept connections", o.primary)
-	default:
+	case !o.primaryWritable:
+		c.Reason, c.Message = "PrimaryNotConfirmed", fmt.Sprintf("the agent of %s has not confirmed it is a writable primary", o.primary)
+	case o.readyInstances != o.desired || o.instances != o.desired:
 		c.Reason = "InstancesNotReady"
 		c.Message = fmt.Sprintf("%d of %d instances ready", o.readyInstances, o.desired)
+	default:
+		c.Reason = "ReplicasNotStreaming"
+		c.Message = fmt.Sprintf("%d of %d replicas stream from the primary", o.streamingReplicas, o.desired-1)
 	}
 	meta.SetStatusCondition(&status.Conditions, c)
 }

@@ -50,7 +50,7 @@ func TestComputeStatus(t *testing.T) {
 		},
 		{
 			name:            "primary and every instance ready",
-			obs:             observation{desired: 3, instances: 3, readyInstances: 3, primary: "db-0", primaryReady: true},
+			obs:             observation{desired: 3, instances: 3, readyInstances: 3, primary: "db-0", primaryReady: true, primaryWritable: true, streamingReplicas: 2},
 			wantPhase:       pgv1.PhaseReady,
 			wantObservedGen: generation,
 			wantReady:       wantStatusCondition{metav1.ConditionTrue, "ClusterReady", "primary db-0 accepts connections and all 3 instances are ready"},
@@ -59,7 +59,7 @@ func TestComputeStatus(t *testing.T) {
 		},
 		{
 			name: "all ready wins over a leftover waiting reason",
-			obs: observation{desired: 1, instances: 1, readyInstances: 1, primary: "db-0", primaryReady: true,
+			obs: observation{desired: 1, instances: 1, readyInstances: 1, primary: "db-0", primaryReady: true, primaryWritable: true, streamingReplicas: 0,
 				waiting: &reasonMessage{reason: "WaitingForReplicas", message: "stale"}},
 			wantPhase:       pgv1.PhaseReady,
 			wantObservedGen: generation,
@@ -69,7 +69,7 @@ func TestComputeStatus(t *testing.T) {
 		},
 		{
 			name:            "primary ready, two of three instances ready is scaling",
-			obs:             observation{desired: 3, instances: 3, readyInstances: 2, primary: "db-0", primaryReady: true},
+			obs:             observation{desired: 3, instances: 3, readyInstances: 2, primary: "db-0", primaryReady: true, primaryWritable: true, streamingReplicas: 1},
 			wantPhase:       pgv1.PhaseScaling,
 			wantObservedGen: generation,
 			wantReady:       wantStatusCondition{metav1.ConditionFalse, "InstancesNotReady", "2 of 3 instances ready"},
@@ -77,8 +77,26 @@ func TestComputeStatus(t *testing.T) {
 			wantDegraded:    noProblem,
 		},
 		{
+			name:            "every pod ready but the primary's agent has not confirmed it is writable",
+			obs:             observation{desired: 2, instances: 2, readyInstances: 2, primary: "db-0", primaryReady: true, streamingReplicas: 1},
+			wantPhase:       pgv1.PhaseScaling,
+			wantObservedGen: generation,
+			wantReady:       wantStatusCondition{metav1.ConditionFalse, "PrimaryNotConfirmed", "the agent of db-0 has not confirmed it is a writable primary"},
+			wantProgressing: wantStatusCondition{metav1.ConditionTrue, "Scaling", "2 of 2 instances ready"},
+			wantDegraded:    noProblem,
+		},
+		{
+			name:            "every pod ready but a replica does not stream",
+			obs:             observation{desired: 3, instances: 3, readyInstances: 3, primary: "db-0", primaryReady: true, primaryWritable: true, streamingReplicas: 1},
+			wantPhase:       pgv1.PhaseScaling,
+			wantObservedGen: generation,
+			wantReady:       wantStatusCondition{metav1.ConditionFalse, "ReplicasNotStreaming", "1 of 2 replicas stream from the primary"},
+			wantProgressing: wantStatusCondition{metav1.ConditionTrue, "Scaling", "3 of 3 instances ready"},
+			wantDegraded:    noProblem,
+		},
+		{
 			name:            "fewer instances than desired is scaling",
-			obs:             observation{desired: 3, instances: 2, readyInstances: 2, primary: "db-0", primaryReady: true},
+			obs:             observation{desired: 3, instances: 2, readyInstances: 2, primary: "db-0", primaryReady: true, primaryWritable: true, streamingReplicas: 1},
 			wantPhase:       pgv1.PhaseScaling,
 			wantObservedGen: generation,
 			wantReady:       wantStatusCondition{metav1.ConditionFalse, "InstancesNotReady", "2 of 3 instances ready"},
@@ -96,7 +114,7 @@ func TestComputeStatus(t *testing.T) {
 		},
 		{
 			name: "failure is degraded, stops progressing and keeps the observed generation",
-			obs: observation{desired: 3, instances: 3, readyInstances: 3, primary: "db-0", primaryReady: true,
+			obs: observation{desired: 3, instances: 3, readyInstances: 3, primary: "db-0", primaryReady: true, primaryWritable: true, streamingReplicas: 2,
 				failure: &reasonMessage{reason: "NoImage", message: "spec.image is empty"}},
 			wantPhase:       pgv1.PhaseDegraded,
 			wantObservedGen: previousGeneration,
@@ -161,7 +179,7 @@ func TestComputeStatus(t *testing.T) {
 
 func TestComputeStatusLastTransitionTime(t *testing.T) {
 	old := metav1.NewTime(time.Date(2020, 1, 2, 3, 4, 5, 0, time.UTC))
-	allReady := observation{generation: 1, desired: 3, instances: 3, readyInstances: 3, primary: "db-0", primaryReady: true}
+	allReady := observation{generation: 1, desired: 3, instances: 3, readyInstances: 3, primary: "db-0", primaryReady: true, primaryWritable: true, streamingReplicas: 2}
 	scaling := allReady
 	scaling.readyInstances = 2
 

@@ -5,6 +5,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	pgv1 "github.com/pgpilot/pgpilot-operator/api/v1alpha1"
+	"github.com/pgpilot/pgpilot-operator/internal/instance/postgres"
 )
 
 // scope is what the stages of one reconcile share: the cluster and what they observed.
@@ -16,6 +17,10 @@ type scope struct {
 	statefulSet *appsv1.StatefulSet
 	pods        []corev1.Pod
 	primary     string
+	// agents holds what each instance's agent reported, by pod name; instances is the
+	// status.instancesStatus built from it.
+	agents    map[string]*postgres.Status
+	instances []pgv1.InstanceStatus
 	// waiting says why the cluster is not there yet (condition reason and message).
 	waiting *reasonMessage
 	// failure says why the cluster cannot proceed: bad input or an error.

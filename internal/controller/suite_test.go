@@ -9,6 +9,7 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -74,6 +75,8 @@ var _ = BeforeSuite(func() {
 		MaxConcurrentReconciles: 2,
 		ReconcileTimeout:        30 * time.Second,
 		RequeueInterval:         testRequeueInterval,
+		HealthInterval:          testRequeueInterval,
+		AgentAddress:            agentAddresses.lookup,
 	}
 	Expect(reconciler.SetupWithManager(mgr)).To(Succeed())
 	go func() {
@@ -90,6 +93,30 @@ var _ = AfterSuite(func() {
 		Expect(cp.Stop()).To(Succeed())
 	}
 })
+
+// agentAddresses routes the operator to agents running in this process for the pods that have
+// one (envtest runs no kubelet, so pods have no IPs of their own).
+var agentAddresses = &addressBook{byPod: map[string]string{}}
+
+type addressBook struct {
+	mu    sync.Mutex
+	byPod map[string]string
+}
+
+func (b *addressBook) set(namespace, pod, address string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.byPod[namespace+"/"+pod] = address
+}
+
+func (b *addressBook) lookup(pod *corev1.Pod) string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if address, ok := b.byPod[pod.Namespace+"/"+pod.Name]; ok {
+		return address
+	}
+	return AgentAddress(pod)
+}
 
 // writeCounter counts the reconciler's writes per namespace, no-op applies included, which
 // resourceVersions alone would not reveal.

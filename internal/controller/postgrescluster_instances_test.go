@@ -1,0 +1,132 @@
+package controller
+
+import (
+	"net/http"
+	"strings"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	pgv1 "github.com/pgpilot/pgpilot-operator/api/v1alpha1"
+	pgbuilder "github.com/pgpilot/pgpilot-operator/internal/builder"
+	"github.com/pgpilot/pgpilot-operator/internal/instance/agent"
+	"github.com/pgpilot/pgpilot-operator/internal/instance/pgtest"
+	"github.com/pgpilot/pgpilot-operator/internal/instance/postgres"
+)
+
+// These specs run real instance agents over real PostgreSQL servers in this process, with the
+// credentials the operator generated, and act as the kubelet for the pods.
+var _ = Describe("Instances with real agents", func() {
+	var cluster *pgv1.PostgresCluster
+
+	BeforeEach(func() {
+		cluster = createCluster(newCluster(newNamespace(), func(c *pgv1.PostgresCluster) { c.Spec.Instances = 2 }))
+	})
+
+	// runInstance starts pod's agent and PostgreSQL, then marks the pod ready once the agent's
+	// readiness endpoint answers, as the kubelet's probe would.
+	runInstance := func(pod string, primaryPort int, initialPrimary string) *pgtest.RunningAgent {
+		inst := pgtest.NewInstance(GinkgoT(), pod)
+		if primaryPort == 0 {
+			primaryPort = inst.Port
+		}
+		a := pgtest.StartAgent(GinkgoT(), agentConfig(cluster, pod, initialPrimary, primaryPort, inst), inst)
+		agentAddresses.set(cluster.Namespace, pod, strings.TrimPrefix(a.URL, "http://"))
+		Eventually(func() (int, error) {
+			resp, err := http.Get(a.URL + agent.PathReadiness)
+			if err != nil {
+				return 0, err
+			}
+			_ = resp.Body.Close()
+			return resp.StatusCode, nil
+		}, 90*time.Second).Should(Equal(http.StatusOK))
+		markPodReady(cluster.Namespace, pod)
+		return a
+	}
+
+	It("confirms the primary with its agent and becomes Ready once the replica streams", func() {
+		primary := runInstance("db-0", 0, "db-0")
+		Eventually(func(g Gomega) {
+			pod := &corev1.Pod{}
+			g.Expect(k8sClient.Get(ctx, client.ObjectKey{Namespace: cluster.Namespace, Name: "db-0"}, pod)).To(Succeed())
+			g.Expect(pod.Labels).To(HaveKeyWithValue(pgbuilder.RoleLabel, pgbuilder.RolePrimary))
+			got := fetch(cluster)
+			g.Expect(got.Status.CurrentPrimary).To(Equal("db-0"))
+			g.Expect(got.Status.InstancesStatus).NotTo(BeEmpty())
+			g.Expect(got.Status.InstancesStatus[0].Role).To(Equal(postgres.RolePrimary))
+			g.Expect(got.Status.InstancesStatus[0].LSN).NotTo(BeEmpty())
+		}).Should(Succeed())
+
+		// The StatefulSet controller creates the second pod once the first is ready.
+		runInstance("db-1", primary.Instance.Port, "db-0")
+		Eventually(func(g Gomega) {
+			got := fetch(cluster)
+			g.Expect(got.Status.Phase).To(Equal(pgv1.PhaseReady))
+			g.Expect(condition(got, pgv1.ConditionReady).Status).To(Equal(metav1.ConditionTrue))
+			g.Expect(got.Status.InstancesStatus).To(HaveLen(2))
+			replica := got.Status.InstancesStatus[1]
+			g.Expect(replica.Name).To(Equal("db-1"))
+			g.Expect(replica.Role).To(Equal(postgres.RoleReplica))
+			g.Expect(replica.Streaming).To(BeTrue())
+			g.Expect(replica.LagBytes).NotTo(BeNil())
+			g.Expect(replica.Timeline).To(Equal(int64(1)))
+			pod := &corev1.Pod{}
+			g.Expect(k8sClient.Get(ctx, client.ObjectKey{Namespace: cluster.Namespace, Name: "db-1"}, pod)).To(Succeed())
+			g.Expect(pod.Labels).To(HaveKeyWithValue(pgbuilder.RoleLabel, pgbuilder.RoleReplica))
+		}, 60*time.Second).Should(Succeed())
+		Eventually(eventReasons).WithArguments(cluster).Should(ContainElements("PrimaryElected", "ClusterReady"))
+
+		// A replica that stops streaming takes Ready away.
+		Expect(primary.Stop()).To(Succeed())
+		Eventually(func(g Gomega) {
+			g.Expect(condition(fetch(cluster), pgv1.ConditionReady).Status).To(Equal(metav1.ConditionFalse))
+		}, 30*time.Second).Should(Succeed())
+	})
+
+	It("reports two instances that both claim to be primary, and relabels nothing", func() {
+		runInstance("db-0", 0, "db-0")
+		Eventually(func(g Gomega) {
+			g.Expect(fetch(cluster).Status.CurrentPrimary).To(Equal("db-0"))
+		}).Should(Succeed())
+		// A second, independent primary: its own initdb instead of a clone.
+		runInstance("db-1", 0, "db-1")
+		Eventually(func(g Gomega) {
+			degraded := condition(fetch(cluster), pgv1.ConditionDegraded)
+			g.Expect(degraded.Status).To(Equal(metav1.ConditionTrue))
+			g.Expect(degraded.Reason).To(Equal("MultiplePrimaries"))
+			g.Expect(degraded.Message).To(ContainSubstring("db-0, db-1"))
+		}, 60*time.Second).Should(Succeed())
+		pod := &corev1.Pod{}
+		Expect(k8sClient.Get(ctx, client.ObjectKey{Namespace: cluster.Namespace, Name: "db-1"}, pod)).To(Succeed())
+		Expect(pod.Labels).NotTo(HaveKeyWithValue(pgbuilder.RoleLabel, pgbuilder.RolePrimary))
+		Eventually(eventReasons).WithArguments(cluster).Should(ContainElement("MultiplePrimaries"))
+	})
+})
+
+// agentConfig is what the StatefulSet's environment gives an agent, read from the Secrets the
+// operator generated for cluster.
+func agentConfig(cluster *pgv1.PostgresCluster, pod, initialPrimary string, primaryPort int, inst *postgres.Instance) agent.Config {
+	password := func(name string) string {
+		secret := &corev1.Secret{}
+		Eventually(func() error {
+			return k8sClient.Get(ctx, client.ObjectKey{Namespace: cluster.Namespace, Name: name}, secret)
+		}).Should(Succeed())
+		return string(secret.Data[corev1.BasicAuthPasswordKey])
+	}
+	return agent.Config{
+		PodName: pod, InitialPrimary: initialPrimary, PrimaryHost: "127.0.0.1", PrimaryPort: primaryPort,
+		ConfigFiles:   []string{inst.ConfigFile, inst.Settings["hba_file"]},
+		Token:         password(pgbuilder.AgentSecretName(cluster)),
+		Superuser:     pgbuilder.SuperuserName,
+		SuperuserPass: password(pgbuilder.SuperuserSecretName(cluster)),
+		Roles: postgres.Roles{
+			ReplicationUser: pgbuilder.ReplicationUser, ReplicationPassword: password(pgbuilder.ReplicationSecretName(cluster)),
+			AppOwner: "app", AppPassword: password(pgbuilder.AppSecretName(cluster)), AppDatabase: "app",
+		},
+		ShutdownGrace: 10 * time.Second, ConfigInterval: 500 * time.Millisecond, CloneRetry: 200 * time.Millisecond,
+	}
+}
