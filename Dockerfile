@@ -1,5 +1,9 @@
-# Build the manager binary
-FROM golang:1.24 AS builder
+# The operator image: the manager (/manager) and the instance agent (/agent), static binaries on
+# distroless (nonroot). Every PostgreSQL pod copies the agent out of this image with an init
+# container (`/agent install DEST`, see internal/builder/statefulset.go AgentBinary), so the
+# bundle lists this image as RELATED_IMAGE_AGENT too.
+# Build: make docker-build IMG=<registry>/pgpilot-operator:v<version>
+FROM golang:1.26 AS builder
 ARG TARGETOS
 ARG TARGETARCH
 
@@ -12,22 +16,24 @@ COPY go.sum go.sum
 RUN go mod download
 
 # Copy the go source
-COPY cmd/main.go cmd/main.go
+COPY cmd/ cmd/
 COPY api/ api/
 COPY internal/ internal/
 
-# Build
-# the GOARCH has not a default value to allow the binary be built according to the host where the command
-# was called. For example, if we call make docker-build in a local env which has the Apple Silicon M1 SO
-# the docker BUILDPLATFORM arg will be linux/arm64 when for Apple x86 it will be linux/amd64. Therefore,
-# by leaving it empty we can ensure that the container and binary shipped on it will have the same platform.
-RUN CGO_ENABLED=0 GOOS=${TARGETOS:-linux} GOARCH=${TARGETARCH} go build -a -o manager cmd/main.go
+# Static binaries (no cgo) for the target platform. TARGETARCH is left empty by default so that
+# they match the platform `docker build` runs for (e.g. linux/arm64 on Apple Silicon).
+RUN CGO_ENABLED=0 GOOS=${TARGETOS:-linux} GOARCH=${TARGETARCH} \
+    go build -trimpath -ldflags="-s -w" -o manager ./cmd/main.go
+# The instance agent runs in the PostgreSQL image, whatever its libc: it must stay static.
+RUN CGO_ENABLED=0 GOOS=${TARGETOS:-linux} GOARCH=${TARGETARCH} \
+    go build -trimpath -ldflags="-s -w" -o agent ./cmd/agent
 
 # Use distroless as minimal base image to package the manager binary
 # Refer to https://github.com/GoogleContainerTools/distroless for more details
 FROM gcr.io/distroless/static:nonroot
 WORKDIR /
-COPY --from=builder /workspace/manager .
+COPY --from=builder /workspace/manager /manager
+COPY --from=builder /workspace/agent /agent
 USER 65532:65532
 
 ENTRYPOINT ["/manager"]

@@ -1,39 +1,32 @@
-# VERSION defines the project version for the bundle.
-# Update this value when you upgrade the version of your project.
-# To re-generate a bundle for another specific version without changing the standard setup, you can:
-# - use the VERSION as arg of the bundle target (e.g make bundle VERSION=0.0.2)
-# - use environment variables to overwrite this value (e.g export VERSION=0.0.2)
+# VERSION is the operator's version: the bundle's CSV (pgpilot-operator.v$(VERSION)), the image
+# tags and the catalog entry `make catalog` renders. Bump it, BUNDLE_CREATED_AT and the catalog's
+# channels (catalog/pgpilot-operator/channels.yaml) together, then run `make bundle catalog`.
 VERSION ?= 0.2.0
 
-# CHANNELS define the bundle channels used in the bundle.
-# Add a new line here if you would like to change its default config. (E.g CHANNELS = "candidate,fast,stable")
-# To re-generate a bundle for other specific channels without changing the standard setup, you can:
-# - use the CHANNELS as arg of the bundle target (e.g make bundle CHANNELS=candidate,fast,stable)
-# - use environment variables to overwrite this value (e.g export CHANNELS="candidate,fast,stable")
-ifneq ($(origin CHANNELS), undefined)
-BUNDLE_CHANNELS := --channels=$(CHANNELS)
-endif
+# BUNDLE_CREATED_AT is the CSV's createdAt annotation, the release date of VERSION. operator-sdk
+# stamps the current time; pinning it keeps `make bundle` reproducible (CI fails on a diff).
+BUNDLE_CREATED_AT ?= 2026-11-30T06:00:00Z
 
-# DEFAULT_CHANNEL defines the default channel used in the bundle.
-# Add a new line here if you would like to change its default config. (E.g DEFAULT_CHANNEL = "stable")
-# To re-generate a bundle for any other default channel without changing the default setup, you can:
-# - use the DEFAULT_CHANNEL as arg of the bundle target (e.g make bundle DEFAULT_CHANNEL=stable)
-# - use environment variables to overwrite this value (e.g export DEFAULT_CHANNEL="stable")
-ifneq ($(origin DEFAULT_CHANNEL), undefined)
-BUNDLE_DEFAULT_CHANNEL := --default-channel=$(DEFAULT_CHANNEL)
-endif
-BUNDLE_METADATA_OPTS ?= $(BUNDLE_CHANNELS) $(BUNDLE_DEFAULT_CHANNEL)
+# CHANNELS and DEFAULT_CHANNEL go into the bundle's metadata (bundle/metadata/annotations.yaml).
+# The catalog's channels (catalog/) are what OLM follows; keep the two consistent.
+CHANNELS ?= candidate,stable
+DEFAULT_CHANNEL ?= stable
+BUNDLE_METADATA_OPTS ?= --channels=$(CHANNELS) --default-channel=$(DEFAULT_CHANNEL)
 
-# IMAGE_TAG_BASE defines the docker.io namespace and part of the image name for remote images.
-# This variable is used to construct full image tags for bundle and catalog images.
-#
-# For example, running 'make bundle-build bundle-push catalog-build catalog-push' will build and push both
-# pgpilot.io/pgpilot-operator-bundle:$VERSION and pgpilot.io/pgpilot-operator-catalog:$VERSION.
-IMAGE_TAG_BASE ?= pgpilot.io/pgpilot-operator
+# IMAGE_TAG_BASE is the registry and name of the operator image; the bundle, catalog and
+# scorecard images add a suffix to it. Override it to push to your own registry, e.g.
+# make bundle-build bundle-push IMAGE_TAG_BASE=registry.example.com/pgpilot/pgpilot-operator
+IMAGE_TAG_BASE ?= ghcr.io/pgpilot/pgpilot-operator
 
-# BUNDLE_IMG defines the image:tag used for the bundle.
-# You can use it as an arg. (E.g make bundle-build BUNDLE_IMG=<some-registry>/<project-name-bundle>:<tag>)
+# IMG is the operator (manager) image. `make bundle` writes it into the CSV's deployment,
+# containerImage and relatedImages (config/manifests/image); the committed bundle uses the default.
+IMG ?= $(IMAGE_TAG_BASE):v$(VERSION)
+
+# BUNDLE_IMG is the bundle image (bundle.Dockerfile), for `operator-sdk run bundle`.
 BUNDLE_IMG ?= $(IMAGE_TAG_BASE)-bundle:v$(VERSION)
+
+# SCORECARD_IMG holds pgpilot's own scorecard tests (test/scorecard), run by `make scorecard`.
+SCORECARD_IMG ?= $(IMAGE_TAG_BASE)-scorecard:v$(VERSION)
 
 # BUNDLE_GEN_FLAGS are the flags passed to the operator-sdk generate bundle command
 BUNDLE_GEN_FLAGS ?= -q --overwrite --version $(VERSION) $(BUNDLE_METADATA_OPTS)
@@ -49,8 +42,6 @@ endif
 # Set the Operator SDK version to use. By default, what is installed on the system is used.
 # This is useful for CI or a project to utilize a specific version of the operator-sdk toolkit.
 OPERATOR_SDK_VERSION ?= v1.42.2
-# Image URL to use all building/pushing image targets
-IMG ?= controller:latest
 
 # Get the currently used golang install path (in GOPATH/bin, unless GOBIN is set)
 ifeq (,$(shell go env GOBIN))
@@ -109,7 +100,7 @@ vet: ## Run go vet against code.
 	go vet ./...
 
 .PHONY: test
-test: manifests generate fmt vet envtest ## Run every test: unit, envtest suites on a real kube-apiserver + kube-controller-manager.
+test: manifests generate fmt vet envtest operator-sdk opm ## Run every test: unit, envtest suites on a real kube-apiserver + kube-controller-manager.
 	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" go test $(GO_TEST_FLAGS) ./... -coverprofile cover.out
 
 .PHONY: bench
@@ -261,12 +252,22 @@ OPERATOR_SDK ?= $(LOCALBIN)/operator-sdk
 operator-sdk: $(LOCALBIN) ## Build operator-sdk from the Go module proxy (cached outside the clone).
 	ln -sf "$$(hack/toolchain.sh operator-sdk)/operator-sdk" $(OPERATOR_SDK)
 
+##@ OLM packaging
+
+# `make bundle` regenerates bundle/ and bundle.Dockerfile from config/. The result is committed
+# and must be exactly what this target generates (CI runs `make bundle catalog` and fails on a
+# diff), so nothing in it may depend on time or on the machine: createdAt is pinned, stale files
+# are removed first. The CSV base with everything not generated (description, icon, links, install
+# modes...) is config/manifests/bases; descriptors come from the +operator-sdk:csv markers in api/.
 .PHONY: bundle
-bundle: manifests kustomize operator-sdk ## Generate bundle manifests and metadata, then validate generated files.
-	$(OPERATOR_SDK) generate kustomize manifests -q
-	cd config/manager && $(KUSTOMIZE) edit set image controller=$(IMG)
+bundle: manifests kustomize operator-sdk ## Regenerate bundle/ and bundle.Dockerfile from config/, then validate them.
+	$(OPERATOR_SDK) generate kustomize manifests --interactive=false -q
+	cd config/manifests/image && $(KUSTOMIZE) edit set image controller=$(IMG) pgpilot-scorecard=$(SCORECARD_IMG)
+	rm -rf bundle/manifests bundle/metadata bundle/tests
 	$(KUSTOMIZE) build config/manifests | $(OPERATOR_SDK) generate bundle $(BUNDLE_GEN_FLAGS)
-	$(OPERATOR_SDK) bundle validate ./bundle
+	sed -i -e 's/^    createdAt: .*/    createdAt: "$(BUNDLE_CREATED_AT)"/' bundle/manifests/pgpilot-operator.clusterserviceversion.yaml
+	$(OPERATOR_SDK) bundle validate ./bundle --select-optional suite=operatorframework
+	$(OPERATOR_SDK) bundle validate ./bundle --select-optional name=good-practices
 
 .PHONY: bundle-build
 bundle-build: ## Build the bundle image.
@@ -281,26 +282,76 @@ OPM = $(LOCALBIN)/opm
 opm: $(LOCALBIN) ## Build opm from the Go module proxy (cached outside the clone).
 	ln -sf "$$(hack/toolchain.sh opm)/opm" $(OPM)
 
-# A comma-separated list of bundle images (e.g. make catalog-build BUNDLE_IMGS=example.com/operator-bundle:v0.1.0,example.com/operator-bundle:v0.2.0).
-# These images MUST exist in a registry and be pull-able.
-BUNDLE_IMGS ?= $(BUNDLE_IMG)
+# The file-based catalog (catalog/pgpilot-operator): the package and its channels (the upgrade
+# graph, written by hand in channels.yaml), and one file per released bundle, rendered with the
+# manifests inline (olm.bundle.object) and image "" so that OLM installs them without pulling a
+# bundle image. `make catalog` re-renders only the bundle of VERSION from bundle/; the files of
+# earlier versions are kept as released (v0.1.0 was rendered from the git tag v0.1.0, see
+# catalog-render-release below).
+CATALOG_DIR = catalog/pgpilot-operator
+.PHONY: catalog
+catalog: opm ## Render bundle/ into the file-based catalog (catalog/) and validate the catalog.
+	mkdir -p $(CATALOG_DIR)/bundles
+	$(OPM) init pgpilot-operator --default-channel=$(DEFAULT_CHANNEL) \
+		--icon=config/manifests/bases/pgpilot-icon.svg -o yaml > $(CATALOG_DIR)/package.yaml
+	$(OPM) render ./bundle -o yaml > $(CATALOG_DIR)/bundles/pgpilot-operator.v$(VERSION).yaml
+	$(OPM) validate catalog
+
+# catalog-render-release adds the bundle of an earlier release (a git tag) to the catalog, built
+# in a git worktree from that tag's CRD, RBAC and manager Deployment with today's CSV base
+# (config/manifests), so that every entry carries the same metadata. v0.1.0 predates bundle/
+# and its entry was rendered with `make catalog-render-release RELEASE=v0.1.0`. (Its manager
+# already read WATCH_NAMESPACE; `generate bundle` sets it from olm.targetNamespaces, so it
+# supports the same install modes.) The base's descriptors must fit that tag's CRD: test/olm
+# runs pgpilot's scorecard checks on every bundle of the catalog.
+RELEASE ?=
+.PHONY: catalog-render-release
+catalog-render-release: kustomize operator-sdk opm ## Render the bundle of git tag RELEASE (e.g. v0.1.0) into the catalog.
+	@test -n "$(RELEASE)" || { echo "usage: make catalog-render-release RELEASE=v0.1.0" >&2; exit 2; }
+	set -e; dir=$$(mktemp -d /tmp/pgpilot-release-XXXXXX); src="$$dir/src"; \
+	trap 'git worktree remove --force "$$src" >/dev/null 2>&1 || true; rm -rf "$$dir"' EXIT; \
+	git worktree add --detach "$$src" "$(RELEASE)"; \
+	created=$$(TZ=UTC git log -1 --format=%cd --date=format-local:%Y-%m-%dT%H:%M:%SZ "$(RELEASE)"); \
+	rm -rf "$$src/config/manifests" && cp -r config/manifests "$$src/config/manifests"; \
+	(cd "$$src/config/manifests/image" && $(KUSTOMIZE) edit set image \
+		controller=$(IMAGE_TAG_BASE):$(RELEASE) pgpilot-scorecard=$(IMAGE_TAG_BASE)-scorecard:$(RELEASE)); \
+	(cd "$$src" && $(KUSTOMIZE) build config/manifests | $(OPERATOR_SDK) generate bundle -q --overwrite \
+		--version $(patsubst v%,%,$(RELEASE)) $(BUNDLE_METADATA_OPTS) && \
+	sed -i -e "s/^    createdAt: .*/    createdAt: \"$$created\"/" bundle/manifests/pgpilot-operator.clusterserviceversion.yaml && \
+	$(OPERATOR_SDK) bundle validate ./bundle --select-optional suite=operatorframework && \
+	$(OPERATOR_SDK) bundle validate ./bundle --select-optional name=good-practices); \
+	$(OPM) render "$$src/bundle" -o yaml > $(CATALOG_DIR)/bundles/pgpilot-operator.$(RELEASE).yaml
+	$(OPM) validate catalog
 
 # The image tag given to the resulting catalog image (e.g. make catalog-build CATALOG_IMG=example.com/operator-catalog:v0.2.0).
 CATALOG_IMG ?= $(IMAGE_TAG_BASE)-catalog:v$(VERSION)
 
-# Set CATALOG_BASE_IMG to an existing catalog image tag to add $BUNDLE_IMGS to that image.
-ifneq ($(origin CATALOG_BASE_IMG), undefined)
-FROM_INDEX_OPT := --from-index $(CATALOG_BASE_IMG)
-endif
-
-# Build a catalog image by adding bundle images to an empty catalog using the operator package manager tool, 'opm'.
-# This recipe invokes 'opm' in 'semver' bundle add mode. For more information on add modes, see:
-# https://github.com/operator-framework/community-operators/blob/7f1438c/docs/packaging-operator.md#updating-your-existing-operator
+# The catalog image serves catalog/ with `opm serve`. catalog.Dockerfile was written by
+# `opm generate dockerfile catalog -b quay.io/operator-framework/opm:v1.60.0 -i quay.io/operator-framework/opm:v1.60.0`.
 .PHONY: catalog-build
-catalog-build: opm ## Build a catalog image.
-	$(OPM) index add --container-tool $(CONTAINER_TOOL) --mode semver --tag $(CATALOG_IMG) --bundles $(BUNDLE_IMGS) $(FROM_INDEX_OPT)
+catalog-build: ## Build the catalog image (catalog.Dockerfile).
+	$(CONTAINER_TOOL) build -f catalog.Dockerfile -t $(CATALOG_IMG) .
 
 # Push the catalog image.
 .PHONY: catalog-push
 catalog-push: ## Push a catalog image.
 	$(MAKE) docker-push IMG=$(CATALOG_IMG)
+
+# `make scorecard` runs every test of bundle/tests/scorecard/config.yaml as pods in the cluster of
+# $$KUBECONFIG: the built-in basic and olm suites (quay.io/operator-framework/scorecard-test) and
+# pgpilot's own (SCORECARD_IMG, built by scorecard-build). The operator must be installed (the
+# CRD must exist) and SCORECARD_SA allowed to create PostgresClusters (see README).
+# `make test` runs the same tests without a cluster (test/olm).
+SCORECARD_SA ?= default
+SCORECARD_FLAGS ?= --wait-time=180s
+.PHONY: scorecard
+scorecard: operator-sdk ## Run the scorecard tests against the cluster of $KUBECONFIG.
+	$(OPERATOR_SDK) scorecard ./bundle --service-account=$(SCORECARD_SA) $(SCORECARD_FLAGS)
+
+.PHONY: scorecard-build
+scorecard-build: ## Build the image with pgpilot's scorecard tests (test/scorecard).
+	$(CONTAINER_TOOL) build -f test/scorecard/Dockerfile -t $(SCORECARD_IMG) .
+
+.PHONY: scorecard-push
+scorecard-push: ## Push the image with pgpilot's scorecard tests.
+	$(MAKE) docker-push IMG=$(SCORECARD_IMG)

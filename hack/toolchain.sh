@@ -3,14 +3,17 @@
 # so fresh clones (CI) and later sessions reuse them. Prints the tool's cache directory.
 #
 #   hack/toolchain.sh kubernetes     kube-apiserver, kube-controller-manager, kubectl
+#   hack/toolchain.sh kubernetes-node  kubelet, kube-scheduler, kube-proxy (hack/localcluster)
 #   hack/toolchain.sh etcd           etcd
 #   hack/toolchain.sh operator-sdk   operator-sdk, scorecard-test
+#   hack/toolchain.sh opm            opm (file-based catalogs only: built without cgo/sqlite)
 #   hack/toolchain.sh envtest        a KUBEBUILDER_ASSETS folder (kube-apiserver, etcd, kubectl)
 set -euo pipefail
 
 KUBERNETES_VERSION=v1.37.2
 ETCD_VERSION=v3.7.3
 OPERATOR_SDK_VERSION=v1.42.2
+OPM_VERSION=v1.60.0
 
 HACK_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 CACHE_ROOT=${PGPILOT_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/pgpilot}
@@ -49,6 +52,13 @@ build_kubernetes() {
     k8s.io/kubernetes/cmd/kubectl)
 }
 
+# The node components share the wrapper module and link flags of build_kubernetes, so they
+# reuse its compiled packages; they get their own cache folder so the control plane's key stays.
+build_kubernetes_node() {
+  (cd "$HACK_DIR/toolchain/kubernetes" && go build -trimpath -ldflags "$(kube_ldflags)" -o "$1/" \
+    k8s.io/kubernetes/cmd/kubelet k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kube-proxy)
+}
+
 build_etcd() {
   (cd "$HACK_DIR/toolchain/etcd" && go build -trimpath -ldflags "-s -w" -o "$1/etcd" go.etcd.io/etcd/server/v3)
 }
@@ -62,6 +72,15 @@ build_operator_sdk() {
     github.com/operator-framework/operator-sdk/images/scorecard-test)
 }
 
+# CGO stays off (the sqlite index commands are unavailable then; pgpilot uses file-based
+# catalogs); json1 and containers_image_openpgp avoid the sqlite and gpgme C dependencies.
+build_opm() {
+  local v=github.com/operator-framework/operator-registry/cmd/opm/version
+  (cd "$HACK_DIR/toolchain/opm" && go build -trimpath -tags json1,containers_image_openpgp \
+    -ldflags "-s -w -X $v.opmVersion=$OPM_VERSION -X $v.gitCommit=$OPM_VERSION-goproxy" \
+    -o "$1/opm" github.com/operator-framework/operator-registry/cmd/opm)
+}
+
 # envtest wants one folder with kube-apiserver, etcd and kubectl; link them from their caches.
 build_envtest() {
   local k8s etcd
@@ -72,8 +91,10 @@ build_envtest() {
 
 case "${1:-}" in
   kubernetes) build_once kubernetes "$KUBERNETES_VERSION" build_kubernetes ;;
+  kubernetes-node) build_once kubernetes-node "$KUBERNETES_VERSION" build_kubernetes_node ;;
   etcd) build_once etcd "$ETCD_VERSION" build_etcd ;;
   operator-sdk) build_once operator-sdk "$OPERATOR_SDK_VERSION" build_operator_sdk ;;
+  opm) build_once opm "$OPM_VERSION" build_opm ;;
   envtest) build_once envtest "$KUBERNETES_VERSION-etcd-$ETCD_VERSION" build_envtest ;;
-  *) echo "usage: $0 kubernetes|etcd|operator-sdk|envtest" >&2; exit 2 ;;
+  *) echo "usage: $0 kubernetes|kubernetes-node|etcd|operator-sdk|opm|envtest" >&2; exit 2 ;;
 esac

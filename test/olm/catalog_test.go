@@ -1,0 +1,355 @@
+package olm_test
+
+import (
+	"bytes"
+	"encoding/base64"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/yaml"
+)
+
+const packageName = "pgpilot-operator"
+
+type fbcBundle struct {
+	Schema     string `json:"schema"`
+	Name       string `json:"name"`
+	Package    string `json:"package"`
+	Image      string `json:"image"`
+	Properties []struct {
+		Type  string          `json:"type"`
+		Value json.RawMessage `json:"value"`
+	} `json:"properties"`
+	RelatedImages []struct {
+		Name  string `json:"name"`
+		Image string `json:"image"`
+	} `json:"relatedImages"`
+}
+
+type fbcChannel struct {
+	Schema  string `json:"schema"`
+	Name    string `json:"name"`
+	Package string `json:"package"`
+	Entries []struct {
+		Name      string   `json:"name"`
+		Replaces  string   `json:"replaces"`
+		Skips     []string `json:"skips"`
+		SkipRange string   `json:"skipRange"`
+	} `json:"entries"`
+}
+
+type fbcPackage struct {
+	Schema         string `json:"schema"`
+	Name           string `json:"name"`
+	DefaultChannel string `json:"defaultChannel"`
+	Icon           struct {
+		Data      string `json:"base64data"`
+		MediaType string `json:"mediatype"`
+	} `json:"icon"`
+}
+
+type catalog struct {
+	packages []fbcPackage
+	channels map[string]fbcChannel
+	bundles  map[string]fbcBundle
+}
+
+func loadCatalog(t *testing.T) catalog {
+	t.Helper()
+	c := catalog{channels: map[string]fbcChannel{}, bundles: map[string]fbcBundle{}}
+	err := filepath.WalkDir(repoPath("catalog"), func(path string, d os.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		for _, doc := range yamlDocs(t, data) {
+			var meta struct {
+				Schema string `json:"schema"`
+			}
+			if err := yaml.Unmarshal(doc, &meta); err != nil {
+				return err
+			}
+			switch meta.Schema {
+			case "olm.package":
+				var p fbcPackage
+				err = yaml.UnmarshalStrict(doc, &p)
+				c.packages = append(c.packages, p)
+			case "olm.channel":
+				var ch fbcChannel
+				err = yaml.UnmarshalStrict(doc, &ch)
+				c.channels[ch.Name] = ch
+			case "olm.bundle":
+				var b fbcBundle
+				err = yaml.UnmarshalStrict(doc, &b)
+				c.bundles[b.Name] = b
+			default:
+				t.Errorf("%s: unexpected schema %q", path, meta.Schema)
+			}
+			if err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// objects decodes a catalog bundle's inline manifests.
+func (b fbcBundle) objects(t *testing.T) []*unstructured.Unstructured {
+	t.Helper()
+	var objs []*unstructured.Unstructured
+	for _, p := range b.Properties {
+		if p.Type != "olm.bundle.object" {
+			continue
+		}
+		var v struct {
+			Data string `json:"data"`
+		}
+		if err := json.Unmarshal(p.Value, &v); err != nil {
+			t.Fatal(err)
+		}
+		raw, err := base64.StdEncoding.DecodeString(v.Data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		u := &unstructured.Unstructured{}
+		if err := json.Unmarshal(raw, &u.Object); err != nil {
+			t.Fatal(err)
+		}
+		objs = append(objs, u)
+	}
+	return objs
+}
+
+// opm validates the catalog.
+func TestCatalogValidates(t *testing.T) {
+	run(t, repoRoot, nil, opm(t), "validate", "catalog")
+}
+
+// The catalog holds the package with channels stable and candidate, each upgrading 0.1.0 to
+// the current version by replaces and skipRange, and bundles OLM installs without pulling an
+// image (manifests inline, image "").
+func TestCatalogUpgradeGraph(t *testing.T) {
+	c := loadCatalog(t)
+	version := makeVar(t, "VERSION")
+	current, previous := packageName+".v"+version, packageName+".v0.1.0"
+	if version == "0.1.0" {
+		t.Fatal("VERSION must be after 0.1.0")
+	}
+
+	if len(c.packages) != 1 || c.packages[0].Name != packageName || c.packages[0].DefaultChannel != "stable" {
+		t.Fatalf("packages %+v, want %s with default channel stable", c.packages, packageName)
+	}
+	svg, err := os.ReadFile(repoPath("config", "manifests", "bases", "pgpilot-icon.svg"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if icon := c.packages[0].Icon; icon.MediaType != "image/svg+xml" || icon.Data != base64.StdEncoding.EncodeToString(svg) {
+		t.Error("the package icon must be config/manifests/bases/pgpilot-icon.svg (make catalog)")
+	}
+
+	if len(c.channels) != 2 {
+		t.Errorf("channels %v, want stable and candidate", slices.Collect(func(yield func(string) bool) {
+			for name := range c.channels {
+				if !yield(name) {
+					return
+				}
+			}
+		}))
+	}
+	for _, name := range []string{"stable", "candidate"} {
+		ch, ok := c.channels[name]
+		if !ok || ch.Package != packageName {
+			t.Errorf("no channel %s in package %s", name, packageName)
+			continue
+		}
+		found := map[string]bool{}
+		for _, e := range ch.Entries {
+			found[e.Name] = true
+			if e.Name == current && (e.Replaces != previous || e.SkipRange != ">=0.1.0 <"+version) {
+				t.Errorf("channel %s: %s replaces %q skipRange %q, want replaces %s and skipRange '>=0.1.0 <%s'",
+					name, current, e.Replaces, e.SkipRange, previous, version)
+			}
+		}
+		if !found[current] || !found[previous] {
+			t.Errorf("channel %s entries %+v, want %s and %s", name, ch.Entries, previous, current)
+		}
+	}
+
+	for _, name := range []string{previous, current} {
+		b, ok := c.bundles[name]
+		if !ok {
+			t.Errorf("no bundle %s", name)
+			continue
+		}
+		if b.Image != "" || b.Package != packageName {
+			t.Errorf("bundle %s: image %q package %q, want image \"\" (manifests inline) in %s", name, b.Image, b.Package, packageName)
+		}
+		kinds := map[string]int{}
+		for _, obj := range b.objects(t) {
+			kinds[obj.GetKind()]++
+		}
+		if kinds["ClusterServiceVersion"] != 1 || kinds["CustomResourceDefinition"] != 1 {
+			t.Errorf("bundle %s carries %v inline, want its CSV and CRD", name, kinds)
+		}
+		csv := csvOf(t, b.objects(t))
+		wantVersion := strings.TrimPrefix(name, packageName+".v")
+		if csv.Name != name || csv.Spec.Version.String() != wantVersion {
+			t.Errorf("bundle %s holds CSV %s version %s", name, csv.Name, csv.Spec.Version.String())
+		}
+		image := "ghcr.io/pgpilot/pgpilot-operator:v" + wantVersion
+		if csv.Annotations["containerImage"] != image || !slices.ContainsFunc(b.RelatedImages, func(r struct {
+			Name  string `json:"name"`
+			Image string `json:"image"`
+		}) bool {
+			return r.Image == image
+		}) {
+			t.Errorf("bundle %s: containerImage %s and relatedImages %v, want %s", name, csv.Annotations["containerImage"], b.RelatedImages, image)
+		}
+	}
+}
+
+// The current version's catalog entry is `opm render ./bundle`, byte for byte (make catalog).
+func TestCatalogHasTheBundle(t *testing.T) {
+	version := makeVar(t, "VERSION")
+	rendered := run(t, repoRoot, nil, opm(t), "render", "./bundle", "-o", "yaml")
+	file := repoPath("catalog", packageName, "bundles", packageName+".v"+version+".yaml")
+	committed, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(rendered, committed) {
+		t.Errorf("%s is not `opm render ./bundle`: run make catalog", file)
+	}
+}
+
+// gitShow returns a file as committed at rev.
+func gitShow(t *testing.T, rev, path string) []byte {
+	t.Helper()
+	out, err := runErr(repoRoot, nil, "git", "show", rev+":"+path)
+	if err != nil {
+		t.Fatalf("%v\n(the 0.1.0 checks need the history of v0.1.0: a full clone, not a shallow one)", err)
+	}
+	return out
+}
+
+// v010Commit is the commit tagged v0.1.0, for clones without tags.
+const v010Commit = "d8313d8c820b8be9c265727965b74767d4b8e8e9"
+
+// The 0.1.0 entry is a real build of the v0.1.0 tag: that commit's CRD, RBAC and manager.
+func TestCatalogV010IsTheTaggedRelease(t *testing.T) {
+	tag := "v0.1.0"
+	if out, err := runErr(repoRoot, nil, "git", "rev-parse", "--verify", "-q", tag+"^{commit}"); err != nil {
+		tag = v010Commit
+	} else if got := strings.TrimSpace(string(out)); got != v010Commit {
+		t.Errorf("tag v0.1.0 is %s, the catalog's 0.1.0 was built from %s", got, v010Commit)
+	}
+	b, ok := loadCatalog(t).bundles[packageName+".v0.1.0"]
+	if !ok {
+		t.Fatal("no 0.1.0 bundle in the catalog")
+	}
+	objs := b.objects(t)
+	csv := csvOf(t, objs)
+
+	var tagCRD map[string]any
+	if err := yaml.Unmarshal(gitShow(t, tag, "config/crd/bases/postgres.pgpilot.io_postgresclusters.yaml"), &tagCRD); err != nil {
+		t.Fatal(err)
+	}
+	for _, obj := range objs {
+		if obj.GetKind() == "CustomResourceDefinition" {
+			got := obj.DeepCopy().Object
+			unstructured.RemoveNestedField(got, "status")
+			unstructured.RemoveNestedField(got, "metadata", "creationTimestamp")
+			if !equality.Semantic.DeepEqual(got, tagCRD) {
+				t.Error("the 0.1.0 CRD is not the one committed at v0.1.0")
+			}
+		}
+	}
+
+	var tagRole rbacv1.ClusterRole
+	if err := yaml.Unmarshal(gitShow(t, tag, "config/rbac/role.yaml"), &tagRole); err != nil {
+		t.Fatal(err)
+	}
+	strategy := csv.Spec.InstallStrategy.StrategySpec
+	if len(strategy.ClusterPermissions) != 1 || len(strategy.ClusterPermissions[0].Rules) < len(tagRole.Rules) ||
+		!equality.Semantic.DeepEqual(strategy.ClusterPermissions[0].Rules[:len(tagRole.Rules)], tagRole.Rules) {
+		t.Error("the 0.1.0 clusterPermissions do not start with the manager-role committed at v0.1.0")
+	}
+
+	var tagManager struct {
+		Spec struct {
+			Template struct {
+				Spec struct {
+					Containers []struct {
+						Name    string   `json:"name"`
+						Command []string `json:"command"`
+						Args    []string `json:"args"`
+					} `json:"containers"`
+				} `json:"spec"`
+			} `json:"template"`
+		} `json:"spec"`
+	}
+	docs := yamlDocs(t, gitShow(t, tag, "config/manager/manager.yaml"))
+	if err := yaml.Unmarshal(docs[len(docs)-1], &tagManager); err != nil {
+		t.Fatal(err)
+	}
+	manager := container(t, strategy.DeploymentSpecs[0].Spec, "manager")
+	want := tagManager.Spec.Template.Spec.Containers[0]
+	if !slices.Equal(manager.Command, want.Command) || !slices.Equal(manager.Args, append([]string{"--metrics-bind-address=:8443"}, want.Args...)) {
+		t.Errorf("0.1.0 manager runs %v %v, want the v0.1.0 manager.yaml's %v %v (plus the metrics address)",
+			manager.Command, manager.Args, want.Command, want.Args)
+	}
+	if manager.Image != "ghcr.io/pgpilot/pgpilot-operator:v0.1.0" {
+		t.Errorf("0.1.0 manager image %s", manager.Image)
+	}
+}
+
+// Every bundle of the catalog, 0.1.0 included, passes the same validation as bundle/, and the
+// offline pgpilot scorecard checks (its descriptors fit its own CRD, every field documented).
+func TestCatalogBundlesValidate(t *testing.T) {
+	annotations, err := os.ReadFile(repoPath("bundle", "metadata", "annotations.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	scorecardTests := buildScorecardTests(t)
+	for name, b := range loadCatalog(t).bundles {
+		t.Run(name, func(t *testing.T) {
+			dir := t.TempDir()
+			for _, sub := range []string{"manifests", "metadata"} {
+				if err := os.Mkdir(filepath.Join(dir, sub), 0o755); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := os.WriteFile(filepath.Join(dir, "metadata", "annotations.yaml"), annotations, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			for _, obj := range b.objects(t) {
+				data, err := yaml.Marshal(obj.Object)
+				if err != nil {
+					t.Fatal(err)
+				}
+				file := filepath.Join(dir, "manifests", obj.GetName()+"."+strings.ToLower(obj.GetKind())+".yaml")
+				if err := os.WriteFile(file, data, 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			validateBundle(t, dir)
+			for _, test := range []string{"crd-fields-documented", "descriptors-match-schema"} {
+				checkResult(t, run(t, repoRoot, nil, scorecardTests, "--bundle", dir, test))
+			}
+		})
+	}
+}
