@@ -83,6 +83,7 @@ func (r *PostgresClusterReconciler) stages() []stage {
 		{"bootstrap", r.waitForBootstrap},
 		{"instances", r.observeInstances},
 		{"primary", r.confirmPrimary},
+		{"slots", r.dropRemovedSlots},
 	}
 }
 

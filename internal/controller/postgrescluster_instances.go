@@ -49,6 +49,7 @@ func (r *PostgresClusterReconciler) observeInstances(ctx context.Context, s *sco
 		return ctrl.Result{}, fmt.Errorf("get agent secret: %w", err)
 	}
 	token := string(secret.Data[corev1.BasicAuthPasswordKey])
+	s.agentToken = token
 
 	s.agents = make(map[string]*postgres.Status, len(s.pods))
 	statuses := make([]pgv1.InstanceStatus, len(s.pods))

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
@@ -62,7 +63,7 @@ var _ = Describe("Instances with real agents", func() {
 		}).Should(Succeed())
 
 		// The StatefulSet controller creates the second pod once the first is ready.
-		runInstance("db-1", primary.Instance.Port, "db-0")
+		standby := runInstance("db-1", primary.Instance.Port, "db-0")
 		Eventually(func(g Gomega) {
 			got := fetch(cluster)
 			g.Expect(got.Status.Phase).To(Equal(pgv1.PhaseReady))
@@ -80,7 +81,22 @@ var _ = Describe("Instances with real agents", func() {
 		}, 60*time.Second).Should(Succeed())
 		Eventually(eventReasons).WithArguments(cluster).Should(ContainElements("PrimaryElected", "ClusterReady"))
 
-		// A replica that stops streaming takes Ready away.
+		// Scaling down removes db-1 (the StatefulSet controller deletes its pod; here its agent
+		// stops too): its replication slot must not keep WAL on the primary.
+		updateCluster(cluster, func(c *pgv1.PostgresCluster) { c.Spec.Instances = 1 })
+		Expect(standby.Stop()).To(Succeed())
+		admin := pgtest.Connect(GinkgoT(), primary.Instance, pgbuilder.SuperuserName,
+			agentConfig(cluster, "db-0", "db-0", 0, primary.Instance).SuperuserPass, "postgres")
+		Eventually(func() ([]string, error) {
+			rows, err := admin.Query(ctx, "SELECT slot_name::text FROM pg_replication_slots")
+			if err != nil {
+				return nil, err
+			}
+			return pgx.CollectRows(rows, pgx.RowTo[string])
+		}, 30*time.Second).Should(BeEmpty())
+		Eventually(eventReasons).WithArguments(cluster).Should(ContainElement("ReplicationSlotsDropped"))
+
+		// A primary that stops takes Ready away.
 		Expect(primary.Stop()).To(Succeed())
 		Eventually(func(g Gomega) {
 			g.Expect(condition(fetch(cluster), pgv1.ConditionReady).Status).To(Equal(metav1.ConditionFalse))

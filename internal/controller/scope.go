@@ -19,8 +19,9 @@ type scope struct {
 	primary     string
 	// agents holds what each instance's agent reported, by pod name; instances is the
 	// status.instancesStatus built from it.
-	agents    map[string]*postgres.Status
-	instances []pgv1.InstanceStatus
+	agents     map[string]*postgres.Status
+	agentToken string
+	instances  []pgv1.InstanceStatus
 	// waiting says why the cluster is not there yet (condition reason and message).
 	waiting *reasonMessage
 	// failure says why the cluster cannot proceed: bad input or an error.

@@ -183,6 +183,19 @@ func (a *Agent) Status(ctx context.Context) (*postgres.Status, error) {
 	return postgres.QueryStatus(ctx, conn)
 }
 
+func (a *Agent) DropInactiveSlots(ctx context.Context, names []string) ([]string, error) {
+	conn, err := postgres.Connect(ctx, a.Instance.Port, a.Config.Superuser, a.Config.SuperuserPass, "postgres")
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = conn.Close(context.Background()) }()
+	dropped, err := postgres.DropInactiveSlots(ctx, conn, names)
+	if len(dropped) > 0 {
+		a.Log.Info("dropped replication slots", "slots", dropped)
+	}
+	return dropped, err
+}
+
 var slotUnsafe = regexp.MustCompile(`[^a-z0-9_]`)
 
 // SlotName is the physical replication slot of the standby in pod, e.g. db-1 → db_1.

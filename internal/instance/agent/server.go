@@ -19,6 +19,8 @@ const (
 	PathLiveness  = "/healthz"
 	PathReadiness = "/readyz"
 	PathStatus    = "/v1/status"
+	// PathDropSlots takes {"slots": [...]} and drops those no standby uses (on the primary).
+	PathDropSlots = "/v1/replication-slots/drop"
 )
 
 // probeTimeout bounds each check behind an endpoint; the kubelet's own timeout is longer.
@@ -32,6 +34,14 @@ type Checks interface {
 	Ready(ctx context.Context) error
 	// Status queries the server's role, positions and replication.
 	Status(ctx context.Context) (*postgres.Status, error)
+	// DropInactiveSlots drops the named replication slots no standby uses.
+	DropInactiveSlots(ctx context.Context, names []string) ([]string, error)
+}
+
+// DropSlotsRequest is the body of PathDropSlots; the answer has the same shape with the slots
+// actually dropped.
+type DropSlotsRequest struct {
+	Slots []string `json:"slots"`
 }
 
 // NewHandler serves the probes without authentication (the kubelet calls them) and the status
@@ -66,6 +76,22 @@ func NewHandler(checks Checks, token string) http.Handler {
 		}
 		w.Header().Set("Content-Type", "application/json")
 		_ = json.NewEncoder(w).Encode(status)
+	})))
+	mux.Handle("POST "+PathDropSlots, requireToken(token, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var req DropSlotsRequest
+		if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 64<<10)).Decode(&req); err != nil {
+			http.Error(w, "bad request: "+err.Error(), http.StatusBadRequest)
+			return
+		}
+		ctx, cancel := context.WithTimeout(r.Context(), probeTimeout)
+		defer cancel()
+		dropped, err := checks.DropInactiveSlots(ctx, req.Slots)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(DropSlotsRequest{Slots: dropped})
 	})))
 	return mux
 }

@@ -95,6 +95,8 @@ func TestPrimaryStandbyReplicationReloadAndStatus(t *testing.T) {
 			return fmt.Errorf("standby not streaming")
 		case len(p.Replicas) != 1 || p.Replicas[0].ApplicationName != "pgtest-1" || p.Replicas[0].State != "streaming":
 			return fmt.Errorf("primary sees replicas %+v", p.Replicas)
+		case len(p.Slots) != 1 || p.Slots[0] != (postgres.SlotStatus{Name: "pgtest_1", Active: true}):
+			return fmt.Errorf("slots %+v", p.Slots)
 		case p.Replicas[0].LagBytes != 0 || s.ReplayLSN != p.CurrentLSN || p.Replicas[0].ReplayLSN != p.CurrentLSN:
 			return fmt.Errorf("lag %d bytes, standby replay %s, primary current %s", p.Replicas[0].LagBytes, s.ReplayLSN, p.CurrentLSN)
 		}
@@ -133,8 +135,22 @@ func TestPrimaryStandbyReplicationReloadAndStatus(t *testing.T) {
 		return nil
 	})
 
+	if dropped, err := postgres.DropInactiveSlots(ctx, admin, []string{"pgtest_1"}); err != nil || len(dropped) != 0 {
+		t.Fatalf("dropped %v (%v): a slot in use must be kept", dropped, err)
+	}
 	if err := standby.Stop(10 * time.Second); err != nil {
 		t.Fatalf("fast shutdown of the standby: %v", err)
+	}
+	// The standby is gone for good (scaled down): its slot would keep WAL forever.
+	pgtest.Eventually(t, "the stopped standby's slot dropped", func() error {
+		dropped, err := postgres.DropInactiveSlots(ctx, admin, []string{"pgtest_1", "no_such_slot"})
+		if err != nil || !slices.Equal(dropped, []string{"pgtest_1"}) {
+			return fmt.Errorf("dropped %v (%v)", dropped, err)
+		}
+		return nil
+	})
+	if s, err := postgres.QueryStatus(ctx, admin); err != nil || len(s.Slots) != 0 {
+		t.Fatalf("slots after dropping: %+v (%v)", s, err)
 	}
 	if err := primary.Stop(10 * time.Second); err != nil {
 		t.Fatalf("fast shutdown of the primary: %v", err)

@@ -24,6 +24,14 @@ type Status struct {
 	PendingRestart []string `json:"pendingRestart,omitempty"`
 	// Replicas is, on a primary, every standby connected for streaming replication.
 	Replicas []ReplicaStatus `json:"replicas,omitempty"`
+	// Slots are the physical replication slots, which keep WAL for their standbys.
+	Slots []SlotStatus `json:"slots,omitempty"`
+}
+
+// SlotStatus is one physical replication slot.
+type SlotStatus struct {
+	Name   string `json:"name"`
+	Active bool   `json:"active"`
 }
 
 // ReplicaStatus is one standby as the primary sees it in pg_stat_replication.
@@ -90,7 +98,31 @@ func QueryStatus(ctx context.Context, conn *pgx.Conn) (*Status, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read replication: %w", err)
 	}
+	rows, err = conn.Query(ctx, `SELECT slot_name::text, active FROM pg_replication_slots
+		WHERE slot_type = 'physical' ORDER BY slot_name`)
+	if err != nil {
+		return nil, fmt.Errorf("query slots: %w", err)
+	}
+	if s.Slots, err = pgx.CollectRows(rows, pgx.RowToStructByPos[SlotStatus]); err != nil {
+		return nil, fmt.Errorf("read slots: %w", err)
+	}
 	return s, nil
+}
+
+// DropInactiveSlots drops the named physical slots that no standby is using, and returns those
+// it dropped. A slot in use belongs to a live standby and is never dropped.
+func DropInactiveSlots(ctx context.Context, conn *pgx.Conn, names []string) ([]string, error) {
+	rows, err := conn.Query(ctx, `SELECT name FROM (
+		SELECT slot_name::text AS name, pg_drop_replication_slot(slot_name) FROM pg_replication_slots
+		WHERE slot_type = 'physical' AND NOT active AND slot_name = ANY($1)) AS dropped`, names)
+	if err != nil {
+		return nil, fmt.Errorf("drop slots: %w", err)
+	}
+	dropped, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("drop slots: %w", err)
+	}
+	return dropped, nil
 }
 
 func deref(s *string) string {
