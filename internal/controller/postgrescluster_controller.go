@@ -84,6 +84,7 @@ func (r *PostgresClusterReconciler) stages() []stage {
 		{"instances", r.observeInstances},
 		{"primary", r.confirmPrimary},
 		{"slots", r.dropRemovedSlots},
+		{"restarts", r.restartPending},
 	}
 }
 

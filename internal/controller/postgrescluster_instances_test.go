@@ -2,6 +2,8 @@ package controller
 
 import (
 	"net/http"
+	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -9,6 +11,7 @@ import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -103,6 +106,50 @@ var _ = Describe("Instances with real agents", func() {
 		}, 30*time.Second).Should(Succeed())
 	})
 
+	It("restarts for settings that need it, the replica first and the primary last", func() {
+		primary := runInstance("db-0", 0, "db-0")
+		replica := runInstance("db-1", primary.Instance.Port, "db-0")
+		Eventually(func(g Gomega) {
+			g.Expect(fetch(cluster).Status.Phase).To(Equal(pgv1.PhaseReady))
+		}, 60*time.Second).Should(Succeed())
+
+		updateCluster(cluster, func(c *pgv1.PostgresCluster) {
+			c.Spec.PostgreSQL.Parameters = map[string]string{"max_connections": "150"}
+		})
+		// What the kubelet does with the ConfigMap volume: project the new files into each pod.
+		Eventually(func(g Gomega) {
+			cm := &corev1.ConfigMap{}
+			g.Expect(k8sClient.Get(ctx, client.ObjectKey{Namespace: cluster.Namespace, Name: pgbuilder.ConfigMapName(cluster)}, cm)).To(Succeed())
+			g.Expect(cm.Data[pgbuilder.PostgresqlConfKey]).To(ContainSubstring("max_connections = '150'"))
+			for _, a := range []*pgtest.RunningAgent{primary, replica} {
+				g.Expect(os.WriteFile(a.Instance.ConfigFile, []byte(cm.Data[pgbuilder.PostgresqlConfKey]), 0o644)).To(Succeed())
+			}
+		}).Should(Succeed())
+
+		password := agentConfig(cluster, "db-0", "db-0", 0, primary.Instance).SuperuserPass
+		for _, a := range []*pgtest.RunningAgent{primary, replica} {
+			Eventually(func(g Gomega) {
+				conn, err := postgres.Connect(ctx, a.Instance.Port, pgbuilder.SuperuserName, password, "postgres")
+				g.Expect(err).NotTo(HaveOccurred())
+				defer func() { _ = conn.Close(ctx) }()
+				var v string
+				g.Expect(conn.QueryRow(ctx, "SHOW max_connections").Scan(&v)).To(Succeed())
+				g.Expect(v).To(Equal("150"))
+			}, 90*time.Second).Should(Succeed())
+		}
+		// (The instances started from the test's files, so cluster_name is pending too.)
+		Eventually(restartNotes).WithArguments(cluster).Should(HaveExactElements(
+			And(HavePrefix("Restarting db-1 to apply"), ContainSubstring("max_connections")),
+			And(HavePrefix("Restarting db-0 to apply"), ContainSubstring("max_connections"))))
+		Eventually(func(g Gomega) {
+			got := fetch(cluster)
+			g.Expect(got.Status.Phase).To(Equal(pgv1.PhaseReady))
+			for _, st := range got.Status.InstancesStatus {
+				g.Expect(st.PendingRestart).To(BeEmpty())
+			}
+		}, 60*time.Second).Should(Succeed())
+	})
+
 	It("reports two instances that both claim to be primary, and relabels nothing", func() {
 		runInstance("db-0", 0, "db-0")
 		Eventually(func(g Gomega) {
@@ -145,4 +192,18 @@ func agentConfig(cluster *pgv1.PostgresCluster, pod, initialPrimary string, prim
 		},
 		ShutdownGrace: 10 * time.Second, ConfigInterval: 500 * time.Millisecond, CloneRetry: 200 * time.Millisecond,
 	}
+}
+
+// restartNotes lists the InstanceRestarted events about cluster, oldest first.
+func restartNotes(cluster *pgv1.PostgresCluster) []string {
+	list := &eventsv1.EventList{}
+	Expect(k8sClient.List(ctx, list, client.InNamespace(cluster.Namespace))).To(Succeed())
+	slices.SortFunc(list.Items, func(a, b eventsv1.Event) int { return a.EventTime.Time.Compare(b.EventTime.Time) })
+	var notes []string
+	for _, e := range list.Items {
+		if e.Reason == "InstanceRestarted" && e.Regarding.Name == cluster.Name {
+			notes = append(notes, e.Note)
+		}
+	}
+	return notes
 }

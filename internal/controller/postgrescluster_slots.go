@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"strings"
 
@@ -37,12 +38,7 @@ func (r *PostgresClusterReconciler) dropRemovedSlots(ctx context.Context, s *sco
 	if len(removed) == 0 {
 		return ctrl.Result{}, nil
 	}
-	var pod *corev1.Pod
-	for i := range s.pods {
-		if s.pods[i].Name == s.primary {
-			pod = &s.pods[i]
-		}
-	}
+	pod := s.pod(s.primary)
 	if pod == nil {
 		return ctrl.Result{}, nil
 	}
@@ -58,26 +54,40 @@ func (r *PostgresClusterReconciler) dropRemovedSlots(ctx context.Context, s *sco
 }
 
 func (r *PostgresClusterReconciler) dropSlots(ctx context.Context, pod *corev1.Pod, token string, slots []string) ([]string, error) {
-	body, err := json.Marshal(agent.DropSlotsRequest{Slots: slots})
-	if err != nil {
-		return nil, err
+	var answer agent.DropSlotsRequest
+	code, err := r.postToAgent(ctx, pod, token, agent.PathDropSlots, agent.DropSlotsRequest{Slots: slots}, &answer)
+	if err == nil && code != http.StatusOK {
+		err = fmt.Errorf("agent answered %d", code)
+	}
+	return answer.Slots, err
+}
+
+// postToAgent sends body (JSON, when not nil) to path on the pod's agent and decodes a JSON
+// answer into into (when given and the answer is 200).
+func (r *PostgresClusterReconciler) postToAgent(ctx context.Context, pod *corev1.Pod, token, path string, body any, into ...any) (int, error) {
+	var reader io.Reader = http.NoBody
+	if body != nil {
+		data, err := json.Marshal(body)
+		if err != nil {
+			return 0, err
+		}
+		reader = bytes.NewReader(data)
 	}
 	ctx, cancel := context.WithTimeout(ctx, agentTimeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+r.agentAddress(pod)+agent.PathDropSlots, bytes.NewReader(body))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+r.agentAddress(pod)+path, reader)
 	if err != nil {
-		return nil, err
+		return 0, err
 	}
 	req.Header.Set("Authorization", "Bearer "+token)
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := agentHTTP.Do(req)
 	if err != nil {
-		return nil, err
+		return 0, err
 	}
 	defer func() { _ = resp.Body.Close() }()
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("agent answered %s", resp.Status)
+	if resp.StatusCode == http.StatusOK && len(into) > 0 {
+		return resp.StatusCode, json.NewDecoder(resp.Body).Decode(into[0])
 	}
-	var answer agent.DropSlotsRequest
-	return answer.Slots, json.NewDecoder(resp.Body).Decode(&answer)
+	return resp.StatusCode, nil
 }

@@ -129,10 +129,11 @@ func setProgressingCondition(status *pgv1.PostgresClusterStatus, o observation) 
 	switch {
 	case o.failure != nil:
 		c.Status, c.Reason, c.Message = metav1.ConditionFalse, o.failure.reason, "stopped: "+o.failure.message
+	case o.waiting != nil:
+		// A wait even on a ready cluster (a rolling restart) is progress the user should see.
+		c.Reason, c.Message = o.waiting.reason, o.waiting.message
 	case allReady(o):
 		c.Status, c.Reason, c.Message = metav1.ConditionFalse, "Reconciled", "the cluster matches its spec"
-	case o.waiting != nil:
-		c.Reason, c.Message = o.waiting.reason, o.waiting.message
 	default:
 		c.Reason = "Scaling"
 		c.Message = fmt.Sprintf("%d of %d instances ready", o.readyInstances, o.desired)

@@ -58,13 +58,13 @@ func TestComputeStatus(t *testing.T) {
 			wantDegraded:    noProblem,
 		},
 		{
-			name: "all ready wins over a leftover waiting reason",
+			name: "a ready cluster that waits (rolling restart) is ready and progressing",
 			obs: observation{desired: 1, instances: 1, readyInstances: 1, primary: "db-0", primaryReady: true, primaryWritable: true, streamingReplicas: 0,
-				waiting: &reasonMessage{reason: "WaitingForReplicas", message: "stale"}},
+				waiting: &reasonMessage{reason: "RollingRestart", message: "restarting db-0 to apply shared_buffers"}},
 			wantPhase:       pgv1.PhaseReady,
 			wantObservedGen: generation,
 			wantReady:       wantStatusCondition{metav1.ConditionTrue, "ClusterReady", "primary db-0 accepts connections and all 1 instances are ready"},
-			wantProgressing: wantStatusCondition{metav1.ConditionFalse, "Reconciled", "the cluster matches its spec"},
+			wantProgressing: wantStatusCondition{metav1.ConditionTrue, "RollingRestart", "restarting db-0 to apply shared_buffers"},
 			wantDegraded:    noProblem,
 		},
 		{

@@ -46,3 +46,13 @@ func (s *scope) fail(reason, message string) {
 func (s *scope) wait(reason, message string) {
 	s.waiting = &reasonMessage{reason: reason, message: message}
 }
+
+// pod is the instance pod named name, or nil.
+func (s *scope) pod(name string) *corev1.Pod {
+	for i := range s.pods {
+		if s.pods[i].Name == name {
+			return &s.pods[i]
+		}
+	}
+	return nil
+}

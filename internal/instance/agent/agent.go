@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -41,6 +42,8 @@ type Agent struct {
 	Config   Config
 	Instance *postgres.Instance
 	Log      logr.Logger
+	// restartMu makes restarts one at a time.
+	restartMu sync.Mutex
 }
 
 // Run bootstraps the instance if its data directory is empty, starts PostgreSQL, serves the
@@ -81,6 +84,13 @@ func (a *Agent) Run(ctx context.Context) error {
 			a.Log.Info("stopping postgres", "grace", a.Config.ShutdownGrace)
 			return a.Instance.Stop(a.Config.ShutdownGrace)
 		case <-a.Instance.Exited():
+			// A restart the operator asked for holds restartMu until the new postmaster runs.
+			a.restartMu.Lock()
+			running := a.Instance.Running()
+			a.restartMu.Unlock()
+			if running {
+				continue
+			}
 			return fmt.Errorf("postgres exited: %v", a.Instance.ExitErr())
 		case <-ticker.C:
 			if hash := a.configHash(); hash != lastConfig {
@@ -181,6 +191,23 @@ func (a *Agent) Status(ctx context.Context) (*postgres.Status, error) {
 	}
 	defer func() { _ = conn.Close(context.Background()) }()
 	return postgres.QueryStatus(ctx, conn)
+}
+
+// StartRestart restarts PostgreSQL in the background so that settings pending a restart take
+// effect; false when a restart is already running.
+func (a *Agent) StartRestart() bool {
+	if !a.restartMu.TryLock() {
+		return false
+	}
+	go func() {
+		defer a.restartMu.Unlock()
+		a.Log.Info("restarting postgres on request")
+		if err := a.Instance.Restart(a.Config.ShutdownGrace); err != nil {
+			// The supervisor loop sees no running postmaster and exits: the container restarts.
+			a.Log.Error(err, "restart")
+		}
+	}()
+	return true
 }
 
 func (a *Agent) DropInactiveSlots(ctx context.Context, names []string) ([]string, error) {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"testing"
 	"time"
 
@@ -36,6 +37,20 @@ func get(url, bearer string) (int, string, error) {
 		req.Header.Set("Authorization", "Bearer "+bearer)
 	}
 	resp, err := (&http.Client{Timeout: 5 * time.Second}).Do(req)
+	if err != nil {
+		return 0, "", err
+	}
+	defer func() { _ = resp.Body.Close() }()
+	body, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(body), nil
+}
+
+func post(url, bearer string) (int, string, error) {
+	req, _ := http.NewRequest(http.MethodPost, url, nil)
+	if bearer != "" {
+		req.Header.Set("Authorization", "Bearer "+bearer)
+	}
+	resp, err := (&http.Client{Timeout: time.Minute}).Do(req)
 	if err != nil {
 		return 0, "", err
 	}
@@ -117,6 +132,48 @@ func TestAgentsBootstrapReplicateReloadAndReport(t *testing.T) {
 		}
 		return nil
 	})
+
+	// A setting that needs a restart: reported as pending, applied by a restart on request,
+	// and the agent keeps supervising the new postmaster.
+	pgtest.WriteConfig(t, primaryInst, pgtest.Cluster(map[string]string{"work_mem": "24MB", "max_connections": "120"}))
+	pgtest.Eventually(t, "max_connections pending restart", func() error {
+		s, err := status(primary)
+		if err != nil || !slices.Equal(s.PendingRestart, []string{"max_connections"}) {
+			return fmt.Errorf("pending %+v (%v)", s, err)
+		}
+		return nil
+	})
+	if code, body, err := post(primary.URL+agent.PathRestart, ""); err != nil || code != http.StatusUnauthorized {
+		t.Fatalf("restart without token = %d %s (%v), want 401", code, body, err)
+	}
+	if code, body, err := post(primary.URL+agent.PathRestart, token); err != nil || code != http.StatusAccepted {
+		t.Fatalf("restart = %d %s (%v), want 202", code, body, err)
+	}
+	pgtest.Eventually(t, "max_connections applied by the restart", func() error {
+		conn, err := postgres.Connect(ctx, primaryInst.Port, "postgres", "super", "postgres")
+		if err != nil {
+			return err
+		}
+		defer func() { _ = conn.Close(ctx) }()
+		var v string
+		if err := conn.QueryRow(ctx, "SHOW max_connections").Scan(&v); err != nil || v != "120" {
+			return fmt.Errorf("max_connections = %q (%v)", v, err)
+		}
+		return nil
+	})
+	pgtest.Eventually(t, "nothing pending and the standby streaming again", func() error {
+		p, err := status(primary)
+		if err != nil {
+			return err
+		}
+		if len(p.PendingRestart) != 0 || len(p.Replicas) != 1 || p.Replicas[0].State != "streaming" {
+			return fmt.Errorf("primary %+v", p)
+		}
+		return nil
+	})
+	if code, _, err := get(primary.URL+agent.PathLiveness, ""); err != nil || code != http.StatusOK {
+		t.Fatalf("liveness after restart = %d (%v): the agent must keep supervising", code, err)
+	}
 
 	// SIGTERM in the pod: the agent stops PostgreSQL cleanly and returns without error.
 	if err := standby.Stop(); err != nil {

@@ -21,7 +21,10 @@ const (
 	PathStatus    = "/v1/status"
 	// PathDropSlots takes {"slots": [...]} and drops those no standby uses (on the primary).
 	PathDropSlots = "/v1/replication-slots/drop"
+	// PathRestart restarts PostgreSQL, for settings pending a restart.
+	PathRestart = "/v1/restart"
 )
+
 
 // probeTimeout bounds each check behind an endpoint; the kubelet's own timeout is longer.
 const probeTimeout = 3 * time.Second
@@ -36,6 +39,9 @@ type Checks interface {
 	Status(ctx context.Context) (*postgres.Status, error)
 	// DropInactiveSlots drops the named replication slots no standby uses.
 	DropInactiveSlots(ctx context.Context, names []string) ([]string, error)
+	// StartRestart begins a restart of PostgreSQL in the background; false when one is
+	// already in progress.
+	StartRestart() bool
 }
 
 // DropSlotsRequest is the body of PathDropSlots; the answer has the same shape with the slots
@@ -92,6 +98,16 @@ func NewHandler(checks Checks, token string) http.Handler {
 		}
 		w.Header().Set("Content-Type", "application/json")
 		_ = json.NewEncoder(w).Encode(DropSlotsRequest{Slots: dropped})
+	})))
+	mux.Handle("POST "+PathRestart, requireToken(token, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		// Asynchronous, so that the operator's reconcile never waits on a restart: it watches
+		// the instance go unready and come back instead.
+		if !checks.StartRestart() {
+			http.Error(w, "a restart is already in progress", http.StatusConflict)
+			return
+		}
+		w.WriteHeader(http.StatusAccepted)
+		_, _ = w.Write([]byte("restarting"))
 	})))
 	return mux
 }

@@ -8,10 +8,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 )
@@ -24,8 +27,8 @@ type Instance struct {
 	DataDir string
 	// ConfigFile is pgpilot's postgresql.conf (from the cluster's ConfigMap).
 	ConfigFile string
-	// Settings override the configuration file on the command line: the agent decides where
-	// the data, the socket and the port are, whatever the file says.
+	// Settings override the configuration file: the agent decides where the data, the socket
+	// and the port are, whatever the file says.
 	Settings map[string]string
 	// Port and SocketDir say how the agent itself connects.
 	Port      int
@@ -85,17 +88,17 @@ func (i *Instance) Clone(ctx context.Context, primaryConnInfo, slot string) erro
 
 // Start runs the postmaster as a child process and returns once it is started (not ready).
 func (i *Instance) Start() error {
-	if i.postmaster != nil {
-		return errors.New("postmaster already started")
+	if i.Running() {
+		return errors.New("postmaster already running")
 	}
 	args := []string{"-D", i.DataDir}
 	if i.ConfigFile != "" {
-		args = append(args, "-c", "config_file="+i.ConfigFile)
+		effective, err := i.writeEffectiveConfig()
+		if err != nil {
+			return err
+		}
+		args = append(args, "-c", "config_file="+effective)
 	}
-	for k, v := range i.Settings {
-		args = append(args, "-c", k+"="+v)
-	}
-	args = append(args, "-c", "port="+strconv.Itoa(i.Port), "-c", "unix_socket_directories="+i.SocketDir)
 	cmd := i.command("postgres", args...)
 	// The postmaster gets its own process group: a terminal's Ctrl-C must reach the agent,
 	// which then shuts PostgreSQL down in order.
@@ -138,7 +141,38 @@ func (i *Instance) Reload() error {
 	if !i.Running() {
 		return errors.New("postgres is not running")
 	}
+	if _, err := i.writeEffectiveConfig(); err != nil {
+		return err
+	}
 	return i.postmaster.Process.Signal(syscall.SIGHUP)
+}
+
+// writeEffectiveConfig writes the configuration PostgreSQL reads: pgpilot's file with the
+// agent's settings appended (the last occurrence of a setting wins). Overriding on the command
+// line instead would make every such setting look "pending restart" whenever the file
+// disagrees, and the operator would restart instances for nothing.
+func (i *Instance) writeEffectiveConfig() (string, error) {
+	source, err := os.ReadFile(i.ConfigFile)
+	if err != nil {
+		return "", fmt.Errorf("read configuration: %w", err)
+	}
+	settings := maps.Clone(i.Settings)
+	if settings == nil {
+		settings = map[string]string{}
+	}
+	settings["port"] = strconv.Itoa(i.Port)
+	settings["unix_socket_directories"] = i.SocketDir
+	var b strings.Builder
+	b.Write(source)
+	b.WriteString("\n# Set by the pgpilot instance agent for this pod.\n")
+	for _, k := range slices.Sorted(maps.Keys(settings)) {
+		fmt.Fprintf(&b, "%s = '%s'\n", k, strings.ReplaceAll(settings[k], "'", "''"))
+	}
+	path := filepath.Join(filepath.Dir(i.DataDir), "pgpilot-postgresql.conf")
+	if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
+		return "", fmt.Errorf("write effective configuration: %w", err)
+	}
+	return path, nil
 }
 
 // Stop shuts the server down: fast mode first (disconnect clients, checkpoint), immediate mode
@@ -161,6 +195,15 @@ func (i *Instance) Stop(grace time.Duration) error {
 		_ = i.postmaster.Process.Kill()
 		return errors.New("postgres did not stop; killed")
 	}
+}
+
+// Restart stops the server (fast, then immediate after grace) and starts it again, for
+// settings that only take effect at start.
+func (i *Instance) Restart(grace time.Duration) error {
+	if err := i.Stop(grace); err != nil {
+		return err
+	}
+	return i.Start()
 }
 
 // Promote turns a standby into a primary and waits until it accepts writes.
