@@ -25,7 +25,6 @@ const (
 	PathRestart = "/v1/restart"
 )
 
-
 // probeTimeout bounds each check behind an endpoint; the kubelet's own timeout is longer.
 const probeTimeout = 3 * time.Second
 
