@@ -22,28 +22,37 @@ type phaseRunner struct {
 func (p *phaseRunner) converge(r *report) error {
 	n := p.cfg.Clusters
 	p.progress(fmt.Sprintf("converge: creating %d PostgresClusters at once", n))
+	var err error
+	r.Converge, err = p.measureChange("converge",
+		func() error { return createClusters(p.ctx, p.admin, n) },
+		func() (bool, error) { return converged(p.ctx, p.admin, n) })
+	return err
+}
+
+// measureChange makes a change to every cluster, waits until it is done and the operator is
+// quiet, and counts the operator's requests per cluster meanwhile.
+func (p *phaseRunner) measureChange(name string, change func() error, done func() (bool, error)) (phaseResult, error) {
+	var result phaseResult
 	start := time.Now()
-	if err := createClusters(p.ctx, p.admin, n); err != nil {
-		return fmt.Errorf("create clusters: %w", err)
+	if err := change(); err != nil {
+		return result, fmt.Errorf("%s: %w", name, err)
 	}
 	if err := waitFor(p.ctx, 10*time.Minute, func() bool {
-		ok, err := converged(p.ctx, p.admin, n)
+		ok, err := done()
 		return err == nil && ok
 	}); err != nil {
-		return fmt.Errorf("converge: %w", err)
+		return result, fmt.Errorf("%s: %w", name, err)
 	}
-	r.Converge.Seconds = time.Since(start).Seconds()
+	result.Seconds = time.Since(start).Seconds()
 	end, err := p.waitQuiet()
 	if err != nil {
-		return err
+		return result, err
 	}
-	w, err := p.window(start, end)
-	if err != nil {
-		return err
+	if result.Requests, err = p.window(start, end); err != nil {
+		return result, err
 	}
-	r.Converge.Requests = w
-	r.Converge.RequestsPerCluster = float64(w.NonLeaseRequests) / float64(n)
-	return nil
+	result.RequestsPerCluster = float64(result.Requests.NonLeaseRequests) / float64(p.cfg.Clusters)
+	return result, nil
 }
 
 // idle: the converged clusters wait at bootstrap; nothing should be written or read.
@@ -83,28 +92,11 @@ func (p *phaseRunner) idle(r *report) error {
 func (p *phaseRunner) churn(r *report) error {
 	n := p.cfg.Clusters
 	p.progress(fmt.Sprintf("churn: changing a parameter of all %d clusters", n))
-	start := time.Now()
-	if err := changeEveryCluster(p.ctx, p.admin, n); err != nil {
-		return fmt.Errorf("change clusters: %w", err)
-	}
-	if err := waitFor(p.ctx, 10*time.Minute, func() bool {
-		ok, err := churnApplied(p.ctx, p.admin, n)
-		return err == nil && ok
-	}); err != nil {
-		return fmt.Errorf("churn: %w", err)
-	}
-	r.Churn.Seconds = time.Since(start).Seconds()
-	end, err := p.waitQuiet()
-	if err != nil {
-		return err
-	}
-	w, err := p.window(start, end)
-	if err != nil {
-		return err
-	}
-	r.Churn.Requests = w
-	r.Churn.RequestsPerCluster = float64(w.NonLeaseRequests) / float64(n)
-	return nil
+	var err error
+	r.Churn, err = p.measureChange("churn",
+		func() error { return changeEveryCluster(p.ctx, p.admin, n) },
+		func() (bool, error) { return churnApplied(p.ctx, p.admin, n) })
+	return err
 }
 
 // restart: a new manager process must pick up where the last one stopped, writing nothing.
