@@ -100,15 +100,16 @@ vet: ## Run go vet against code.
 	go vet ./...
 
 .PHONY: test
-test: manifests generate fmt vet envtest operator-sdk opm ## Run every test: unit, envtest suites on a real kube-apiserver + kube-controller-manager.
+test: manifests generate fmt vet envtest operator-sdk opm ## Run every test: unit, envtest suites, packaging checks, the benchmark budgets, then the e2e specs on the local cluster.
 	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" go test $(GO_TEST_FLAGS) ./... -coverprofile cover.out
+	$(MAKE) test-e2e
 
 .PHONY: bench
 bench: manifests envtest ## Measure API load, CPU and cache memory; fail when test/bench/budgets.yaml is exceeded.
 	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" go run ./test/bench $(BENCH_FLAGS)
 
-.PHONY: demo
-demo: manifests envtest ## Run the operator against a local control plane with the sample cluster.
+.PHONY: demo-envtest
+demo-envtest: manifests envtest ## The operator against a bare control plane (no kubelet, no root): children and conditions only.
 	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" go run ./hack/demo $(DEMO_FLAGS)
 
 .PHONY: lint
@@ -355,3 +356,35 @@ scorecard-build: ## Build the image with pgpilot's scorecard tests (test/scoreca
 .PHONY: scorecard-push
 scorecard-push: ## Push the image with pgpilot's scorecard tests.
 	$(MAKE) docker-push IMG=$(SCORECARD_IMG)
+
+##@ Local cluster
+
+# A real single-node Kubernetes (hack/localcluster, see its README): every component built from
+# its Go module at pinned versions, images built offline (operator from this clone, PostgreSQL 15
+# from Debian), the whole cluster inside the network namespace pgpilot-node with no route off
+# the machine. Needs root. Builds and image tarballs are cached outside the clone.
+LOCALCLUSTER ?= hack/localcluster/localcluster
+
+.PHONY: cluster-up
+cluster-up: ## Start the local cluster (builds its components and images the first time).
+	$(LOCALCLUSTER) up
+
+.PHONY: cluster-down
+cluster-down: ## Stop the local cluster and check the host is left as it was found.
+	$(LOCALCLUSTER) down
+
+.PHONY: cluster-status
+cluster-status: ## Show the local cluster's daemons, node and pods.
+	$(LOCALCLUSTER) status
+
+.PHONY: demo
+demo: manifests kustomize ## Local cluster + the operator from its image (config/default) + the sample PostgresCluster, Ready.
+	$(LOCALCLUSTER) demo
+
+.PHONY: demo-down
+demo-down: ## Tear down the local cluster of make demo.
+	$(LOCALCLUSTER) down
+
+.PHONY: test-e2e
+test-e2e: manifests kustomize ## Run the e2e specs (test/e2e) on the local cluster, then tear it down.
+	test/e2e/run.sh

@@ -3,7 +3,7 @@
 // RBAC it ships, and the sample PostgresCluster. There is no kubelet yet, so instance pods stay
 // Pending and the cluster waits at bootstrap; the local-cluster work makes the pods real.
 //
-// Usage (from the repository root, through `make demo`): go run ./hack/demo [-exit]
+// Usage (from the repository root, through `make demo-envtest`): go run ./hack/demo [-exit]
 package main
 
 import (

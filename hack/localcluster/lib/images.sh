@@ -1,0 +1,174 @@
+# Offline container images: root filesystems made here, turned into single-layer images by
+# umoci, saved as docker-archive tarballs by skopeo, cached by their inputs, then imported into
+# containerd and pushed to the in-namespace registry. Sourced by localcluster.
+# shellcheck shell=bash
+
+# Bump when the way images are assembled changes, so every cached tarball is rebuilt.
+IMAGE_FORMAT=2
+
+declare -A IMAGE_REF IMAGE_TAR
+
+# assemble_image REF ROOTFS OUT [UMOCI_CONFIG_FLAGS...]: one layer holding ROOTFS.
+assemble_image() {
+  local ref=$1 rootfs=$2 out=$3 work
+  shift 3
+  work=$(mktemp -d "$IMAGE_CACHE/work.XXXXXX")
+  umoci init --layout "$work/oci"
+  umoci new --image "$work/oci:img"
+  umoci insert --image "$work/oci:img" "$rootfs" /
+  umoci config --image "$work/oci:img" --os linux --architecture amd64 "$@"
+  rm -f "$out"
+  skopeo copy --quiet "oci:$work/oci:img" "docker-archive:$out:$ref"
+  rm -rf "$work"
+}
+
+# base_rootfs DIR: what a static binary needs around it, like distroless/static: the root,
+# nonroot (65532) and nobody users, and a world-writable /tmp.
+base_rootfs() {
+  mkdir -p "$1/etc" "$1/tmp"
+  chmod 1777 "$1/tmp"
+  printf 'root:x:0:0:root:/root:/sbin/nologin\nnonroot:x:65532:65532:nonroot:/home/nonroot:/sbin/nologin\nnobody:x:65534:65534:nobody:/nonexistent:/sbin/nologin\n' >"$1/etc/passwd"
+  printf 'root:x:0:\nnonroot:x:65532:\nnobody:x:65534:\n' >"$1/etc/group"
+}
+
+# binary_image REF OUT BINARY PATH_IN_IMAGE [UMOCI_CONFIG_FLAGS...]
+binary_image() {
+  local ref=$1 out=$2 binary=$3 target=$4 root
+  shift 4
+  root=$(mktemp -d "$IMAGE_CACHE/root.XXXXXX") && chmod 0755 "$root"
+  base_rootfs "$root"
+  install -D -m 0755 "$binary" "$root$target"
+  assemble_image "$ref" "$root" "$out" --config.entrypoint "$target" "$@"
+  rm -rf "$root"
+}
+
+build_pause_image() { binary_image "$1" "$2" "$(bin pause)" /pause --config.user 65535:65535; }
+build_coredns_image() { binary_image "$1" "$2" "$(bin coredns)" /coredns --config.user 65532:65532; }
+build_local_path_image() { binary_image "$1" "$2" "$(bin local-path-provisioner)" /usr/bin/local-path-provisioner; }
+build_httpcheck_image() { binary_image "$1" "$2" "$(bin httpcheck)" /httpcheck --config.user 65532:65532; }
+
+# The operator's image as its Dockerfile makes it: the static manager at /manager and the
+# instance agent at /agent (PostgreSQL pods copy it out with an init container), run as nonroot
+# 65532 (distroless/static:nonroot's user).
+build_operator_image() {
+  local root
+  root=$(mktemp -d "$IMAGE_CACHE/root.XXXXXX") && chmod 0755 "$root"
+  base_rootfs "$root"
+  install -m 0755 "$OPERATOR_BUILD"/* "$root/"
+  assemble_image "$1" "$root" "$2" --config.entrypoint /manager --config.user 65532:65532 --config.workingdir /
+  rm -rf "$root"
+}
+
+# The helper image local-path-provisioner runs its setup/teardown scripts in: Debian's static
+# busybox with a link per applet.
+build_busybox_image() {
+  local root applet
+  root=$(mktemp -d "$IMAGE_CACHE/root.XXXXXX") && chmod 0755 "$root"
+  base_rootfs "$root"
+  install -D -m 0755 /bin/busybox "$root/bin/busybox"
+  for applet in $(/bin/busybox --list); do
+    [[ -e $root/bin/$applet ]] || ln -s busybox "$root/bin/$applet"
+  done
+  assemble_image "$1" "$root" "$2" --config.cmd sh --config.env PATH=/bin
+  rm -rf "$root"
+}
+
+build_postgres_image() {
+  local root
+  root=$(mktemp -d "$IMAGE_CACHE/root.XXXXXX") && chmod 0755 "$root"
+  # debootstrap and apt are chatty: keep their output for when something goes wrong.
+  if ! "$LC_DIR/images/postgres/build-rootfs.sh" "$root" "$(debian_mirror)" >"$IMAGE_CACHE/postgres-build.log" 2>&1; then
+    tail -20 "$IMAGE_CACHE/postgres-build.log" >&2
+    die "building the PostgreSQL root filesystem failed (log: $IMAGE_CACHE/postgres-build.log)"
+  fi
+  assemble_image "$1" "$root" "$2" \
+    --config.entrypoint docker-entrypoint.sh --config.cmd postgres --config.user 999:999 \
+    --config.env PATH=/usr/lib/postgresql/15/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+    --config.env PGDATA=/var/lib/postgresql/data --config.env LANG=C.UTF-8 \
+    --config.env PG_MAJOR=15 --config.volume /var/lib/postgresql/data \
+    --config.exposedports 5432/tcp --config.stopsignal SIGINT
+  rm -rf "$root"
+}
+
+# debian_mirror: the Debian mirror the host's apt uses, so the image comes from the same place.
+debian_mirror() {
+  local uri
+  uri=$(grep -rhoE '^(deb |URIs: )\s*https?://[^ ]+/debian/?( |$)' /etc/apt/sources.list /etc/apt/sources.list.d/ 2>/dev/null |
+    head -1 | awk '{print $2}')
+  echo "${uri:-http://deb.debian.org/debian}"
+}
+
+# image NAME REPO KEY BUILDER: the cached tarball of NAME for KEY, built by BUILDER REF OUT
+# when missing; records its reference and tarball.
+image() {
+  local name=$1 repo=$2 key=$3 builder=$4
+  key=$(printf '%s\n' "$IMAGE_FORMAT" "$key" | sha256sum | cut -c1-12)
+  local ref=$REGISTRY_HOST/$repo:$key tar=$IMAGE_CACHE/$name-$key.tar
+  if [[ ! -f $tar ]]; then
+    log "building image $ref"
+    local start=$SECONDS
+    "$builder" "$ref" "$tar.partial"
+    mv "$tar.partial" "$tar"
+    log "built image $name in $((SECONDS - start))s ($(du -h "$tar" | cut -f1))"
+    # Keep the three newest tarballs of an image (switching branches stays cheap), not every one.
+    find "$IMAGE_CACHE" -maxdepth 1 -name "$name-????????????.tar" -printf '%T@ %p\n' |
+      sort -rn | tail -n +4 | cut -d' ' -f2- | xargs -r rm -f
+  fi
+  IMAGE_REF[$name]=$ref
+  IMAGE_TAR[$name]=$tar
+}
+
+# build_images: the images the cluster itself needs, and the e2e client.
+build_images() {
+  mkdir -p "$IMAGE_CACHE"
+  # Scratch folders an interrupted build left behind.
+  rm -rf "$IMAGE_CACHE"/root.* "$IMAGE_CACHE"/work.* "$IMAGE_CACHE"/*.tar.partial
+  image pause pause "$(sha256sum <"$(bin pause)")" build_pause_image
+  image coredns coredns "$COREDNS_VERSION $(sha256sum <"$(bin coredns)")" build_coredns_image
+  image local-path-provisioner local-path-provisioner \
+    "$LOCAL_PATH_VERSION $(sha256sum <"$(bin local-path-provisioner)")" build_local_path_image
+  image busybox busybox "$(dpkg-query -W -f='${Version}' busybox-static)" build_busybox_image
+  image httpcheck httpcheck "$(sha256sum <"$(bin httpcheck)")" build_httpcheck_image
+  image postgres postgres "$(postgres_image_inputs)" build_postgres_image
+}
+
+# postgres_image_inputs: the recipe and the PostgreSQL version apt offers now, so a Debian
+# update of postgresql-15 rebuilds the image.
+postgres_image_inputs() {
+  hash_inputs "$LC_DIR/images/postgres"
+  apt-cache policy postgresql-15 2>/dev/null | awk '/Candidate/ {print $2}'
+}
+
+# build_operator_from_source: the Dockerfile's binaries from this clone, with its flags (static,
+# CGO off, -trimpath -s -w): ./cmd as /manager and, when the clone has it, ./cmd/agent as
+# /agent. The image is keyed by the binaries, so an unchanged tree reuses the cached tarball.
+build_operator_from_source() {
+  OPERATOR_BUILD=$STATE/build/operator
+  rm -rf "$OPERATOR_BUILD" && mkdir -p "$OPERATOR_BUILD"
+  log "building the operator binaries (go build ./cmd ./cmd/agent)"
+  local build=(env CGO_ENABLED=0 go build -trimpath -ldflags "-s -w")
+  (cd "$REPO_ROOT" && "${build[@]}" -o "$OPERATOR_BUILD/manager" ./cmd)
+  if [[ -d $REPO_ROOT/cmd/agent ]]; then
+    (cd "$REPO_ROOT" && "${build[@]}" -o "$OPERATOR_BUILD/agent" ./cmd/agent)
+  fi
+  image operator pgpilot-operator "$(cd "$OPERATOR_BUILD" && sha256sum ./*)" build_operator_image
+}
+
+# load_tarball TAR REF: import into containerd's k8s.io namespace (kubelet uses it directly)
+# and push to the in-namespace registry (for whatever pulls by reference, like OLM).
+load_tarball() {
+  local tar=$1 ref=$2
+  "${CTR[@]}" images import "$tar" >/dev/null
+  ns_exec skopeo copy --quiet --dest-tls-verify=false "docker-archive:$tar" "docker://$REGISTRY_ADDR/${ref#*/}"
+}
+
+# load_images NAME...: load the named cached images; in parallel, as imports are I/O bound.
+load_images() {
+  local name pids=() failed=0
+  for name in "$@"; do
+    load_tarball "${IMAGE_TAR[$name]}" "${IMAGE_REF[$name]}" &
+    pids+=($!)
+  done
+  for name in "${pids[@]}"; do wait "$name" || failed=1; done
+  ((failed == 0)) || die "loading images failed"
+}

@@ -1,0 +1,95 @@
+# The operator on the local cluster: its image from source, the kustomize manifests of
+# `make deploy`, and the sample PostgresCluster. Sourced by localcluster.
+# shellcheck shell=bash
+
+OPERATOR_NAMESPACE=pgpilot-operator-system
+OPERATOR_DEPLOYMENT=pgpilot-operator-controller-manager
+SAMPLE=$REPO_ROOT/config/samples/postgres_v1alpha1_postgrescluster.yaml
+
+kustomize_bin() {
+  local k=$REPO_ROOT/bin/kustomize
+  [[ -x $k ]] || (cd "$REPO_ROOT" && make --no-print-directory kustomize >&2)
+  echo "$k"
+}
+
+# write_overlay DIR: config/default as `make deploy` builds it, in an overlay so the clone's
+# config/manager/kustomization.yaml is not edited: the image is the one just built, the default
+# PostgreSQL image (RELATED_IMAGE_POSTGRES) is the local one, and the instance agent's image
+# (RELATED_IMAGE_AGENT) is the operator's own, as the OLM bundle sets them.
+write_overlay() {
+  local dir=$1 ref=${IMAGE_REF[operator]} base
+  mkdir -p "$dir"
+  # kustomize takes bases by relative path only.
+  base=$(realpath --relative-to="$dir" "$REPO_ROOT/config/default")
+  cat >"$dir/kustomization.yaml" <<EOF
+apiVersion: kustomize.config.k8s.io/v1beta1
+kind: Kustomization
+resources:
+- $base
+images:
+- name: controller
+  newName: ${ref%:*}
+  newTag: ${ref##*:}
+patches:
+- target: {kind: Deployment, name: $OPERATOR_DEPLOYMENT}
+  patch: |-
+    apiVersion: apps/v1
+    kind: Deployment
+    metadata: {name: $OPERATOR_DEPLOYMENT}
+    spec:
+      template:
+        spec:
+          containers:
+          - name: manager
+            env:
+            - name: RELATED_IMAGE_POSTGRES
+              value: ${IMAGE_REF[postgres]}
+            - name: RELATED_IMAGE_AGENT
+              value: $ref
+EOF
+}
+
+deploy_operator() {
+  cluster_is_up || die "the cluster is not up (localcluster up)"
+  local start=$SECONDS
+  build_components
+  build_images
+  build_operator_from_source
+  load_images operator
+  write_overlay "$STATE/deploy"
+  "$(kustomize_bin)" build "$STATE/deploy" >"$STATE/deploy/manifests.yaml"
+  kubectl apply -f "$STATE/deploy/manifests.yaml" >/dev/null
+  kubectl -n "$OPERATOR_NAMESPACE" rollout status "deploy/$OPERATOR_DEPLOYMENT" --timeout=180s >/dev/null
+  log "operator ${IMAGE_REF[operator]} deployed and available in $((SECONDS - start))s"
+}
+
+demo() {
+  local start=$SECONDS
+  up
+  deploy_operator
+  kubectl apply -f "$SAMPLE" >/dev/null
+  local name
+  name=$(kubectl create --dry-run=client -o jsonpath='{.metadata.name}' -f "$SAMPLE")
+  log "waiting for PostgresCluster $name to become Ready (3 instances initialise one after another)"
+  if ! kubectl wait --for=jsonpath='{.status.phase}'=Ready "postgrescluster/$name" --timeout=600s >/dev/null; then
+    kubectl get postgrescluster,pods,pvc -o wide >&2 || true
+    die "PostgresCluster $name did not become Ready"
+  fi
+  kubectl get postgrescluster,pods,pvc,svc -o wide
+  log "what each instance's agent reports (status.instancesStatus):"
+  kubectl get postgrescluster "$name" -o jsonpath='{range .status.instancesStatus[*]}{.name}{"\t"}{.role}{"\tstreaming="}{.streaming}{"\tlsn="}{.lsn}{"\n"}{end}'
+  log "replication as the primary sees it:"
+  kubectl exec "$name-0" -c postgres -- psql -U postgres -c 'select application_name, state, replay_lsn from pg_stat_replication'
+  log "demo ready in $((SECONDS - start))s. Look around with:"
+  cat >&2 <<EOF
+  hack/localcluster/localcluster kubectl get postgrescluster $name -o yaml
+  hack/localcluster/localcluster kubectl describe pod $name-0
+  hack/localcluster/localcluster kubectl -n $OPERATOR_NAMESPACE logs deploy/$OPERATOR_DEPLOYMENT
+  hack/localcluster/localcluster kubectl exec $name-0 -c postgres -- psql -U postgres -c 'select version()'
+  # as the application, through the read-write Service, with the generated Secret:
+  hack/localcluster/localcluster kubectl run psql --rm -it --restart=Never --image=\$(hack/localcluster/localcluster kubectl get sts $name -o jsonpath='{.spec.template.spec.containers[0].image}') \\
+    --env=PGPASSWORD=\$(hack/localcluster/localcluster kubectl get secret $name-app -o jsonpath='{.data.password}' | base64 -d) -- psql -h $name-rw -U app app
+  hack/localcluster/localcluster exec -- bash     # a shell on the node's network (KUBECONFIG set)
+  make demo-down                                  # tear it all down
+EOF
+}

@@ -1,0 +1,139 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	pgv1 "github.com/pgpilot/pgpilot-operator/api/v1alpha1"
+)
+
+var _ = Describe("The sample PostgresCluster", Ordered, func() {
+	var cluster *pgv1.PostgresCluster
+	var volumes []string
+
+	BeforeAll(func(ctx SpecContext) {
+		cluster = loadSample(newNamespace(ctx, "e2e-sample"))
+		Expect(cluster.Spec.Storage.ReclaimPolicy).To(Equal(pgv1.PVCReclaimRetain),
+			"these specs expect the sample to keep its volume claims")
+		Expect(k8s.Create(ctx, cluster)).To(Succeed())
+	})
+	AfterEach(dumpOnFailure)
+
+	It("becomes Ready with every instance Running and its volume claim Bound", func(ctx SpecContext) {
+		waitForReady(ctx, cluster, 6*time.Minute)
+		pods := clusterPods(ctx, cluster)
+		Expect(pods).To(HaveLen(int(cluster.Spec.Instances)))
+		for i := range pods {
+			Expect(pods[i].Status.Phase).To(Equal(corev1.PodRunning), "pod %s", pods[i].Name)
+			Expect(podReady(&pods[i])).To(BeTrue(), "pod %s is not Ready", pods[i].Name)
+		}
+		volumes = boundVolumes(ctx, cluster)
+		Expect(volumes).To(HaveLen(int(cluster.Spec.Instances)))
+	})
+
+	It("answers SQL through its read-write Service", func(ctx SpecContext) {
+		sts := &appsv1.StatefulSet{}
+		Expect(k8s.Get(ctx, client.ObjectKeyFromObject(cluster), sts)).To(Succeed())
+		image := sts.Spec.Template.Spec.Containers[0].Image
+		logs := runJob(ctx, cluster.Namespace, "psql", corev1.PodSpec{
+			Containers: []corev1.Container{restrictedContainer(corev1.Container{
+				Name:    "psql",
+				Image:   image,
+				Command: []string{"psql", "-h", cluster.Name + "-rw", "-U", "postgres", "-tAc", "select 'answer from ' || current_setting('cluster_name')"},
+				Env: []corev1.EnvVar{{Name: "PGPASSWORD", ValueFrom: &corev1.EnvVarSource{
+					SecretKeyRef: &corev1.SecretKeySelector{
+						LocalObjectReference: corev1.LocalObjectReference{Name: cluster.Name + "-superuser"},
+						Key:                  corev1.BasicAuthPasswordKey,
+					},
+				}}},
+			})},
+		})
+		Expect(logs).To(ContainSubstring("answer from " + cluster.Name))
+	})
+
+	It("keeps its volume claims when deleted (reclaimPolicy Retain)", func(ctx SpecContext) {
+		Expect(k8s.Delete(ctx, cluster)).To(Succeed())
+		waitForGone(ctx, cluster)
+		Consistently(func() int { return len(clusterClaims(ctx, cluster)) }).
+			WithTimeout(5 * time.Second).Should(Equal(int(cluster.Spec.Instances)))
+
+		By("deleting the kept claims, the provisioner removes their volumes")
+		for _, pvc := range clusterClaims(ctx, cluster) {
+			Expect(k8s.Delete(ctx, &pvc)).To(Succeed())
+		}
+		waitForVolumesGone(ctx, volumes)
+	})
+})
+
+var _ = Describe("A PostgresCluster with reclaimPolicy Delete", func() {
+	AfterEach(dumpOnFailure)
+
+	It("takes its volume claims and volumes along when deleted", func(ctx SpecContext) {
+		cluster := loadSample(newNamespace(ctx, "e2e-delete"))
+		cluster.Name = "ephemeral"
+		cluster.Spec.Instances = 1
+		cluster.Spec.Storage.ReclaimPolicy = pgv1.PVCReclaimDelete
+		Expect(k8s.Create(ctx, cluster)).To(Succeed())
+		waitForReady(ctx, cluster, 4*time.Minute)
+		volumes := boundVolumes(ctx, cluster)
+		Expect(volumes).To(HaveLen(1))
+
+		Expect(k8s.Delete(ctx, cluster)).To(Succeed())
+		waitForGone(ctx, cluster)
+		Eventually(func() []corev1.PersistentVolumeClaim { return clusterClaims(ctx, cluster) }).Should(BeEmpty())
+		waitForVolumesGone(ctx, volumes)
+	})
+})
+
+func waitForReady(ctx context.Context, cluster *pgv1.PostgresCluster, timeout time.Duration) {
+	Eventually(func(g Gomega) {
+		current := &pgv1.PostgresCluster{}
+		g.Expect(k8s.Get(ctx, client.ObjectKeyFromObject(cluster), current)).To(Succeed())
+		g.Expect(current.Status.Phase).To(Equal(pgv1.PhaseReady))
+	}).WithTimeout(timeout).WithPolling(2 * time.Second).Should(Succeed())
+}
+
+// boundVolumes checks that every claim of the cluster is Bound to a volume of the default
+// StorageClass and returns the volumes' names.
+func boundVolumes(ctx context.Context, cluster *pgv1.PostgresCluster) []string {
+	var classes storageClassList
+	Expect(k8s.List(ctx, &classes.StorageClassList)).To(Succeed())
+	var names []string
+	for _, pvc := range clusterClaims(ctx, cluster) {
+		Expect(pvc.Status.Phase).To(Equal(corev1.ClaimBound), "claim %s", pvc.Name)
+		pv := &corev1.PersistentVolume{}
+		Expect(k8s.Get(ctx, client.ObjectKey{Name: pvc.Spec.VolumeName}, pv)).To(Succeed())
+		Expect(pv.Spec.StorageClassName).To(Equal(classes.defaultName()))
+		Expect(pv.Spec.ClaimRef.Name).To(Equal(pvc.Name))
+		names = append(names, pv.Name)
+	}
+	return names
+}
+
+// waitForGone waits for the cluster, its StatefulSet and its pods to be deleted.
+func waitForGone(ctx context.Context, cluster *pgv1.PostgresCluster) {
+	Eventually(func(g Gomega) {
+		err := k8s.Get(ctx, client.ObjectKeyFromObject(cluster), &pgv1.PostgresCluster{})
+		g.Expect(apierrors.IsNotFound(err)).To(BeTrue(), "cluster still there (%v)", err)
+		err = k8s.Get(ctx, client.ObjectKeyFromObject(cluster), &appsv1.StatefulSet{})
+		g.Expect(apierrors.IsNotFound(err)).To(BeTrue(), "StatefulSet still there (%v)", err)
+		g.Expect(clusterPods(ctx, cluster)).To(BeEmpty())
+	}).Should(Succeed())
+}
+
+func waitForVolumesGone(ctx context.Context, names []string) {
+	for _, name := range names {
+		Eventually(func() bool {
+			return apierrors.IsNotFound(k8s.Get(ctx, client.ObjectKey{Name: name}, &corev1.PersistentVolume{}))
+		}).Should(BeTrue(), "volume %s was not deleted", name)
+	}
+}

@@ -1,0 +1,85 @@
+//go:build e2e
+
+// Package e2e runs pgpilot end to end on a real single-node cluster (hack/localcluster): the
+// operator deployed from its image with the manifests of `make deploy`, PostgreSQL pods from a
+// real PostgreSQL image, volumes from a dynamic provisioner. The build tag keeps these specs out
+// of `go test ./...`; `make test-e2e` (test/e2e/run.sh) brings the cluster up, deploys the
+// operator and runs them on the node's network through `localcluster exec`.
+package e2e
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/config"
+
+	pgv1 "github.com/pgpilot/pgpilot-operator/api/v1alpha1"
+)
+
+// Names `make deploy` (config/default) gives the operator's objects.
+const (
+	operatorNamespace  = "pgpilot-operator-system"
+	operatorDeployment = "pgpilot-operator-controller-manager"
+	metricsReaderRole  = "pgpilot-operator-metrics-reader"
+)
+
+var (
+	k8s       client.Client
+	clientset *kubernetes.Clientset
+	// httpcheckImage is a tiny static HTTP client (hack/localcluster/src/httpcheck), loaded into
+	// the cluster by localcluster; specs run it in pods to look at Services from inside.
+	httpcheckImage string
+	// samplePath is the sample PostgresCluster of config/samples.
+	samplePath = filepath.Join("..", "..", "config", "samples", "postgres_v1alpha1_postgrescluster.yaml")
+)
+
+func TestE2E(t *testing.T) {
+	RegisterFailHandler(Fail)
+	SetDefaultEventuallyTimeout(3 * time.Minute)
+	SetDefaultEventuallyPollingInterval(time.Second)
+	RunSpecs(t, "pgpilot e2e suite (hack/localcluster)")
+}
+
+var _ = BeforeSuite(func() {
+	httpcheckImage = os.Getenv("E2E_HTTPCHECK_IMAGE")
+	Expect(httpcheckImage).NotTo(BeEmpty(),
+		"E2E_HTTPCHECK_IMAGE is unset: run the suite with `make test-e2e` (test/e2e/run.sh)")
+
+	cfg, err := config.GetConfig()
+	Expect(err).NotTo(HaveOccurred(), "no kubeconfig: run the suite through `localcluster exec`")
+	scheme := runtime.NewScheme()
+	Expect(clientgoscheme.AddToScheme(scheme)).To(Succeed())
+	Expect(pgv1.AddToScheme(scheme)).To(Succeed())
+	k8s, err = client.New(cfg, client.Options{Scheme: scheme})
+	Expect(err).NotTo(HaveOccurred())
+	clientset, err = kubernetes.NewForConfig(cfg)
+	Expect(err).NotTo(HaveOccurred())
+
+	// The cluster must have a default StorageClass; volume claims of the specs rely on it.
+	Eventually(func(g Gomega) {
+		var classes storageClassList
+		g.Expect(k8s.List(context.Background(), &classes.StorageClassList)).To(Succeed())
+		g.Expect(classes.defaultName()).NotTo(BeEmpty(), "no default StorageClass")
+	}).WithTimeout(30 * time.Second).Should(Succeed())
+})
+
+// newNamespace creates a namespace for one spec and deletes it when the spec ends.
+func newNamespace(ctx context.Context, prefix string) string {
+	ns := &corev1.Namespace{}
+	ns.GenerateName = prefix + "-"
+	Expect(k8s.Create(ctx, ns)).To(Succeed())
+	DeferCleanup(func(ctx SpecContext) {
+		Expect(client.IgnoreNotFound(k8s.Delete(ctx, ns))).To(Succeed())
+	})
+	return ns.Name
+}

@@ -1,0 +1,152 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
+
+	pgv1 "github.com/pgpilot/pgpilot-operator/api/v1alpha1"
+)
+
+type storageClassList struct{ storagev1.StorageClassList }
+
+func (l *storageClassList) defaultName() string {
+	for _, sc := range l.Items {
+		if sc.Annotations["storageclass.kubernetes.io/is-default-class"] == "true" {
+			return sc.Name
+		}
+	}
+	return ""
+}
+
+// loadSample reads config/samples' PostgresCluster into namespace ns.
+func loadSample(ns string) *pgv1.PostgresCluster {
+	data, err := os.ReadFile(samplePath)
+	Expect(err).NotTo(HaveOccurred())
+	cluster := &pgv1.PostgresCluster{}
+	Expect(yaml.UnmarshalStrict(data, cluster)).To(Succeed())
+	cluster.Namespace = ns
+	return cluster
+}
+
+// clusterPods lists the instance pods of a cluster by the label pgpilot puts on them.
+func clusterPods(ctx context.Context, c *pgv1.PostgresCluster) []corev1.Pod {
+	pods := &corev1.PodList{}
+	Expect(k8s.List(ctx, pods, client.InNamespace(c.Namespace),
+		client.MatchingLabels{"postgres.pgpilot.io/cluster": c.Name})).To(Succeed())
+	return pods.Items
+}
+
+func clusterClaims(ctx context.Context, c *pgv1.PostgresCluster) []corev1.PersistentVolumeClaim {
+	claims := &corev1.PersistentVolumeClaimList{}
+	Expect(k8s.List(ctx, claims, client.InNamespace(c.Namespace),
+		client.MatchingLabels{"postgres.pgpilot.io/cluster": c.Name})).To(Succeed())
+	return claims.Items
+}
+
+func podReady(pod *corev1.Pod) bool {
+	for _, cond := range pod.Status.Conditions {
+		if cond.Type == corev1.PodReady {
+			return cond.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// runJob runs a one-container Job to completion and returns its pod's log. It fails the spec,
+// with the log, when the Job fails.
+func runJob(ctx context.Context, ns, name string, pod corev1.PodSpec) string {
+	logs, ok := tryJob(ctx, ns, name, pod)
+	Expect(ok).To(BeTrue(), "job %s failed:\n%s", name, logs)
+	return logs
+}
+
+// tryJob runs a one-container Job to completion and returns its pod's log and whether it
+// succeeded, for checks that are retried until they pass.
+func tryJob(ctx context.Context, ns, name string, pod corev1.PodSpec) (string, bool) {
+	pod.RestartPolicy = corev1.RestartPolicyNever
+	job := &batchv1.Job{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+		Spec: batchv1.JobSpec{
+			BackoffLimit:            ptr.To[int32](0),
+			TTLSecondsAfterFinished: ptr.To[int32](600),
+			Template:                corev1.PodTemplateSpec{Spec: pod},
+		},
+	}
+	Expect(k8s.Create(ctx, job)).To(Succeed())
+	var finished batchv1.JobConditionType
+	Eventually(func(g Gomega) {
+		g.Expect(k8s.Get(ctx, client.ObjectKeyFromObject(job), job)).To(Succeed())
+		for _, cond := range job.Status.Conditions {
+			if (cond.Type == batchv1.JobComplete || cond.Type == batchv1.JobFailed) && cond.Status == corev1.ConditionTrue {
+				finished = cond.Type
+			}
+		}
+		g.Expect(finished).NotTo(BeEmpty(), "job %s still running", name)
+	}).Should(Succeed())
+	return jobLogs(ctx, ns, name), finished == batchv1.JobComplete
+}
+
+func jobLogs(ctx context.Context, ns, job string) string {
+	pods := &corev1.PodList{}
+	Expect(k8s.List(ctx, pods, client.InNamespace(ns), client.MatchingLabels{"job-name": job})).To(Succeed())
+	var out strings.Builder
+	for _, pod := range pods.Items {
+		fmt.Fprintf(&out, "--- pod %s (%s)\n", pod.Name, pod.Status.Phase)
+		stream, err := clientset.CoreV1().Pods(ns).GetLogs(pod.Name, &corev1.PodLogOptions{}).Stream(ctx)
+		if err != nil {
+			fmt.Fprintf(&out, "no log: %v\n", err)
+			continue
+		}
+		_, _ = io.Copy(&out, stream)
+		_ = stream.Close()
+	}
+	return out.String()
+}
+
+// restrictedContainer applies the restricted Pod Security profile to a test container.
+func restrictedContainer(c corev1.Container) corev1.Container {
+	c.ImagePullPolicy = corev1.PullIfNotPresent
+	c.SecurityContext = &corev1.SecurityContext{
+		RunAsNonRoot:             ptr.To(true),
+		AllowPrivilegeEscalation: ptr.To(false),
+		Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+		SeccompProfile:           &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+	}
+	return c
+}
+
+// dumpOnFailure prints what the operator logged when a spec fails, for the CI log.
+func dumpOnFailure(ctx context.Context) {
+	if !CurrentSpecReport().Failed() {
+		return
+	}
+	pods := &corev1.PodList{}
+	if err := k8s.List(ctx, pods, client.InNamespace(operatorNamespace)); err != nil {
+		return
+	}
+	for _, pod := range pods.Items {
+		stream, err := clientset.CoreV1().Pods(operatorNamespace).GetLogs(pod.Name,
+			&corev1.PodLogOptions{TailLines: ptr.To[int64](100)}).Stream(ctx)
+		if err != nil {
+			continue
+		}
+		data, _ := io.ReadAll(stream)
+		_ = stream.Close()
+		AddReportEntry("operator log "+pod.Name, string(data))
+	}
+}
