@@ -21,20 +21,8 @@ export GOFLAGS=-buildvcs=false GOTOOLCHAIN=local CGO_ENABLED=0
 
 log() { echo "toolchain: $*" >&2; }
 
-# build_once NAME VERSION BUILD_FUNC: runs BUILD_FUNC OUTDIR unless OUTDIR is complete.
-build_once() {
-  local name=$1 version=$2 fn=$3
-  local out="$CACHE_ROOT/$name-$version"
-  if [[ ! -f "$out/.complete" ]]; then
-    log "building $name $version into $out (slow the first time; cached afterwards)"
-    local start=$SECONDS tmp="$out.partial.$$"
-    rm -rf "$tmp" && mkdir -p "$tmp"
-    "$fn" "$tmp"
-    rm -rf "$out" && mv "$tmp" "$out" && touch "$out/.complete"
-    log "built $name $version in $((SECONDS - start))s"
-  fi
-  echo "$out"
-}
+# shellcheck source=lib/build-once.sh
+source "$HACK_DIR/lib/build-once.sh"
 
 kube_ldflags() {
   local minor ld="-s -w"

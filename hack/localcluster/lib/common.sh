@@ -147,20 +147,8 @@ render() {
     "$1" >"$2"
 }
 
-# build_once NAME KEY FUNCTION: runs FUNCTION OUTDIR unless $CACHE_ROOT/NAME-KEY is complete,
-# and prints the folder. The same contract as hack/toolchain.sh, for localcluster's own builds.
-build_once() {
-  local name=$1 key=$2 fn=$3 out="$CACHE_ROOT/$1-$2"
-  if [[ ! -f $out/.complete ]]; then
-    log "building $name $key (cached afterwards)"
-    local start=$SECONDS tmp="$out.partial.$$"
-    rm -rf "$tmp" && mkdir -p "$tmp"
-    "$fn" "$tmp"
-    rm -rf "$out" && mv "$tmp" "$out" && touch "$out/.complete"
-    log "built $name $key in $((SECONDS - start))s"
-  fi
-  echo "$out"
-}
+# shellcheck source=../../lib/build-once.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../../lib/build-once.sh"
 
 # hash_inputs PATH...: a short content hash of files and folders, to key caches by their inputs.
 hash_inputs() {
