@@ -10,14 +10,24 @@
 package olm_test
 
 import (
+	"bufio"
 	"bytes"
+	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
+
+	operatorsv1alpha1 "github.com/operator-framework/api/pkg/operators/v1alpha1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"sigs.k8s.io/yaml"
 
 	"github.com/pgpilot/pgpilot-operator/test/controlplane"
 )
@@ -135,4 +145,109 @@ func TestMain(m *testing.M) {
 		}
 	}
 	os.Exit(code)
+}
+
+// makeVar reads a `NAME ?= value` default from the Makefile.
+func makeVar(t *testing.T, name string) string {
+	t.Helper()
+	data, err := os.ReadFile(repoPath("Makefile"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(name) + `\s*\?=\s*(.*)$`).FindSubmatch(data)
+	if m == nil {
+		t.Fatalf("Makefile has no %s ?= default", name)
+	}
+	return strings.TrimSpace(string(m[1]))
+}
+
+// yamlDocs splits a YAML stream into its non-empty documents.
+func yamlDocs(t *testing.T, data []byte) [][]byte {
+	t.Helper()
+	var docs [][]byte
+	reader := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(data)))
+	for {
+		doc, err := reader.Read()
+		if errors.Is(err, io.EOF) {
+			return docs
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		// A document of comments only is empty too.
+		var v any
+		if err := yaml.Unmarshal(doc, &v); err != nil {
+			t.Fatal(err)
+		}
+		if v != nil {
+			docs = append(docs, doc)
+		}
+	}
+}
+
+// manifests reads the objects of a bundle's manifests/ folder.
+func manifests(t *testing.T, bundleDir string) []*unstructured.Unstructured {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join(bundleDir, "manifests", "*"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no manifests in %s: %v", bundleDir, err)
+	}
+	var objs []*unstructured.Unstructured
+	for _, file := range files {
+		data, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, doc := range yamlDocs(t, data) {
+			u := &unstructured.Unstructured{}
+			if err := yaml.Unmarshal(doc, &u.Object); err != nil {
+				t.Fatalf("%s: %v", file, err)
+			}
+			objs = append(objs, u)
+		}
+	}
+	return objs
+}
+
+func convert(t *testing.T, from any, to any) {
+	t.Helper()
+	data, err := json.Marshal(from)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(to); err != nil {
+		t.Fatalf("decode %T: %v", to, err)
+	}
+}
+
+func csvOf(t *testing.T, objs []*unstructured.Unstructured) *operatorsv1alpha1.ClusterServiceVersion {
+	t.Helper()
+	var csv *operatorsv1alpha1.ClusterServiceVersion
+	for _, u := range objs {
+		if u.GetKind() == "ClusterServiceVersion" {
+			if csv != nil {
+				t.Fatal("more than one ClusterServiceVersion")
+			}
+			csv = &operatorsv1alpha1.ClusterServiceVersion{}
+			convert(t, u.Object, csv)
+		}
+	}
+	if csv == nil {
+		t.Fatal("no ClusterServiceVersion")
+	}
+	return csv
+}
+
+func bundleCSV(t *testing.T) *operatorsv1alpha1.ClusterServiceVersion {
+	return csvOf(t, manifests(t, repoPath("bundle")))
+}
+
+type validateOutput struct {
+	Passed  bool `json:"passed"`
+	Outputs []struct {
+		Type    string `json:"type"`
+		Message string `json:"message"`
+	} `json:"outputs"`
 }
