@@ -1,9 +1,11 @@
 package controller
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"slices"
@@ -101,30 +103,51 @@ func fillInstanceStatus(st *pgv1.InstanceStatus, agents map[string]*postgres.Sta
 }
 
 func (r *PostgresClusterReconciler) askAgent(ctx context.Context, pod *corev1.Pod, token string) (*postgres.Status, error) {
-	address := r.agentAddress(pod)
-	if address == "" {
-		return nil, fmt.Errorf("pod has no IP yet")
+	status := &postgres.Status{}
+	code, err := r.callAgent(ctx, pod, token, http.MethodGet, agent.PathStatus, nil, status)
+	if err == nil && code != http.StatusOK {
+		err = fmt.Errorf("agent answered %d", code)
 	}
-	ctx, cancel := context.WithTimeout(ctx, agentTimeout)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+address+agent.PathStatus, nil)
-	if err != nil {
-		return nil, err
-	}
-	req.Header.Set("Authorization", "Bearer "+token)
-	resp, err := agentHTTP.Do(req)
 	if err != nil {
 		return nil, fmt.Errorf("ask agent: %w", err)
 	}
-	defer func() { _ = resp.Body.Close() }()
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("agent answered %s", resp.Status)
-	}
-	status := &postgres.Status{}
-	if err := json.NewDecoder(resp.Body).Decode(status); err != nil {
-		return nil, fmt.Errorf("decode agent status: %w", err)
-	}
 	return status, nil
+}
+
+// callAgent sends a request to path on the pod's agent with the cluster's token: body as JSON
+// when not nil, and a 200 answer decoded into into when given. It returns the status code.
+func (r *PostgresClusterReconciler) callAgent(ctx context.Context, pod *corev1.Pod, token, method, path string, body, into any) (int, error) {
+	address := r.agentAddress(pod)
+	if address == "" {
+		return 0, fmt.Errorf("pod has no IP yet")
+	}
+	var reader io.Reader = http.NoBody
+	if body != nil {
+		data, err := json.Marshal(body)
+		if err != nil {
+			return 0, err
+		}
+		reader = bytes.NewReader(data)
+	}
+	ctx, cancel := context.WithTimeout(ctx, agentTimeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, method, "http://"+address+path, reader)
+	if err != nil {
+		return 0, err
+	}
+	req.Header.Set("Authorization", "Bearer "+token)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := agentHTTP.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer func() { _ = resp.Body.Close() }()
+	if resp.StatusCode == http.StatusOK && into != nil {
+		if err := json.NewDecoder(resp.Body).Decode(into); err != nil {
+			return resp.StatusCode, fmt.Errorf("decode agent answer: %w", err)
+		}
+	}
+	return resp.StatusCode, nil
 }
 
 func (r *PostgresClusterReconciler) agentAddress(pod *corev1.Pod) string {

@@ -47,7 +47,7 @@ func (r *PostgresClusterReconciler) restartPending(ctx context.Context, s *scope
 		return ctrl.Result{}, nil
 	}
 	pending := s.agents[target].PendingRestart
-	switch code, err := r.postToAgent(ctx, pod, s.agentToken, agent.PathRestart, nil); {
+	switch code, err := r.callAgent(ctx, pod, s.agentToken, http.MethodPost, agent.PathRestart, nil, nil); {
 	case err != nil:
 		return ctrl.Result{}, fmt.Errorf("restart %s: %w", target, err)
 	case code == http.StatusConflict:

@@ -1,11 +1,8 @@
 package controller
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"strings"
 
@@ -55,39 +52,9 @@ func (r *PostgresClusterReconciler) dropRemovedSlots(ctx context.Context, s *sco
 
 func (r *PostgresClusterReconciler) dropSlots(ctx context.Context, pod *corev1.Pod, token string, slots []string) ([]string, error) {
 	var answer agent.DropSlotsRequest
-	code, err := r.postToAgent(ctx, pod, token, agent.PathDropSlots, agent.DropSlotsRequest{Slots: slots}, &answer)
+	code, err := r.callAgent(ctx, pod, token, http.MethodPost, agent.PathDropSlots, agent.DropSlotsRequest{Slots: slots}, &answer)
 	if err == nil && code != http.StatusOK {
 		err = fmt.Errorf("agent answered %d", code)
 	}
 	return answer.Slots, err
-}
-
-// postToAgent sends body (JSON, when not nil) to path on the pod's agent and decodes a JSON
-// answer into into (when given and the answer is 200).
-func (r *PostgresClusterReconciler) postToAgent(ctx context.Context, pod *corev1.Pod, token, path string, body any, into ...any) (int, error) {
-	var reader io.Reader = http.NoBody
-	if body != nil {
-		data, err := json.Marshal(body)
-		if err != nil {
-			return 0, err
-		}
-		reader = bytes.NewReader(data)
-	}
-	ctx, cancel := context.WithTimeout(ctx, agentTimeout)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+r.agentAddress(pod)+path, reader)
-	if err != nil {
-		return 0, err
-	}
-	req.Header.Set("Authorization", "Bearer "+token)
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := agentHTTP.Do(req)
-	if err != nil {
-		return 0, err
-	}
-	defer func() { _ = resp.Body.Close() }()
-	if resp.StatusCode == http.StatusOK && len(into) > 0 {
-		return resp.StatusCode, json.NewDecoder(resp.Body).Decode(into[0])
-	}
-	return resp.StatusCode, nil
 }
