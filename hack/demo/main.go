@@ -15,6 +15,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
@@ -86,7 +87,7 @@ func run(ctx context.Context, exitAfter bool) error {
 
 	kubectl := filepath.Join(os.Getenv("KUBEBUILDER_ASSETS"), "kubectl")
 	show := func(args ...string) {
-		fmt.Printf("\n$ kubectl %s\n", joinArgs(args))
+		fmt.Printf("\n$ kubectl %s\n", strings.Join(args, " "))
 		cmd := exec.CommandContext(ctx, kubectl, append([]string{"--kubeconfig", adminKubeconfig}, args...)...)
 		cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
 		_ = cmd.Run()
@@ -107,17 +108,6 @@ func run(ctx context.Context, exitAfter bool) error {
 }
 
 func step(msg string) { fmt.Printf("==> %s\n", msg) }
-
-func joinArgs(args []string) string {
-	out := ""
-	for i, a := range args {
-		if i > 0 {
-			out += " "
-		}
-		out += a
-	}
-	return out
-}
 
 func startOperator(ctx context.Context, kubeconfig, logPath string) (*exec.Cmd, error) {
 	build := exec.CommandContext(ctx, "go", "build", "-o", filepath.Join("bin", "manager"), "./cmd")

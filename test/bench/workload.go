@@ -9,6 +9,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -92,7 +93,7 @@ func converged(ctx context.Context, c client.Client, n int) (bool, error) {
 		if err := c.List(ctx, count.list, in, managed); err != nil {
 			return false, err
 		}
-		if got := metaLen(count.list); got < count.want {
+		if got := meta.LenList(count.list); got < count.want {
 			return false, nil
 		}
 	}
@@ -106,22 +107,6 @@ func converged(ctx context.Context, c client.Client, n int) (bool, error) {
 		}
 	}
 	return len(clusters.Items) == n, nil
-}
-
-func metaLen(list client.ObjectList) int {
-	switch l := list.(type) {
-	case *appsv1.StatefulSetList:
-		return len(l.Items)
-	case *corev1.ServiceList:
-		return len(l.Items)
-	case *corev1.ConfigMapList:
-		return len(l.Items)
-	case *corev1.SecretList:
-		return len(l.Items)
-	case *policyv1.PodDisruptionBudgetList:
-		return len(l.Items)
-	}
-	return 0
 }
 
 // churnParameter is the spec change applied to every cluster in the churn phase.

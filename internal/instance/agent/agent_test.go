@@ -31,26 +31,15 @@ func agentConfig(pod string, inst *postgres.Instance, primaryPort int) agent.Con
 	}
 }
 
-func get(url, bearer string) (int, string, error) {
-	req, _ := http.NewRequest(http.MethodGet, url, nil)
-	if bearer != "" {
-		req.Header.Set("Authorization", "Bearer "+bearer)
-	}
-	resp, err := (&http.Client{Timeout: 5 * time.Second}).Do(req)
-	if err != nil {
-		return 0, "", err
-	}
-	defer func() { _ = resp.Body.Close() }()
-	body, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(body), nil
-}
+func get(url, bearer string) (int, string, error)  { return call(http.MethodGet, url, bearer) }
+func post(url, bearer string) (int, string, error) { return call(http.MethodPost, url, bearer) }
 
-func post(url, bearer string) (int, string, error) {
-	req, _ := http.NewRequest(http.MethodPost, url, nil)
+func call(method, url, bearer string) (int, string, error) {
+	req, _ := http.NewRequest(method, url, nil)
 	if bearer != "" {
 		req.Header.Set("Authorization", "Bearer "+bearer)
 	}
-	resp, err := (&http.Client{Timeout: time.Minute}).Do(req)
+	resp, err := (&http.Client{Timeout: 30 * time.Second}).Do(req)
 	if err != nil {
 		return 0, "", err
 	}
