@@ -1,7 +1,8 @@
 # VERSION is the operator's version: the bundle's CSV (pgpilot-operator.v$(VERSION)), the image
-# tags and the catalog entry `make catalog` renders. Bump it, BUNDLE_CREATED_AT and the catalog's
-# channels (catalog/pgpilot-operator/channels.yaml) together, then run `make bundle catalog`.
-VERSION ?= 0.2.0
+# tags, the catalog entry `make catalog` renders and, compiled in, status.operatorVersion. It lives
+# in internal/version/VERSION. Bump it, BUNDLE_CREATED_AT and the catalog's channels
+# (catalog/pgpilot-operator/channels.yaml) together, then run `make bundle catalog`.
+VERSION ?= $(shell cat internal/version/VERSION)
 
 # BUNDLE_CREATED_AT is the CSV's createdAt annotation, the release date of VERSION. operator-sdk
 # stamps the current time; pinning it keeps `make bundle` reproducible (CI fails on a diff).
@@ -284,18 +285,21 @@ opm: $(LOCALBIN) ## Build opm from the Go module proxy (cached outside the clone
 	ln -sf "$$(hack/toolchain.sh opm)/opm" $(OPM)
 
 # The file-based catalog (catalog/pgpilot-operator): the package and its channels (the upgrade
-# graph, written by hand in channels.yaml), and one file per released bundle, rendered with the
-# manifests inline (olm.bundle.object) and image "" so that OLM installs them without pulling a
-# bundle image. `make catalog` re-renders only the bundle of VERSION from bundle/; the files of
-# earlier versions are kept as released (v0.1.0 was rendered from the git tag v0.1.0, see
-# catalog-render-release below).
+# graph, written by hand in channels.yaml), and one file per released bundle. Each entry names its
+# bundle image (BUNDLE_IMAGE_TEMPLATE, as OperatorHub catalogs do: OLM unpacks it with a Job) and
+# carries the manifests inline too (olm.bundle.object, for catalog browsers). `make catalog`
+# re-renders only the bundle of VERSION from bundle/; the files of earlier versions are kept as
+# released (v0.1.0 was rendered from the git tag v0.1.0, see catalog-render-release below), and
+# they are the only copy of those bundles: hack/olm/bundle-dir writes one back out for its image.
 CATALOG_DIR = catalog/pgpilot-operator
+BUNDLE_IMAGE_TEMPLATE = $(IMAGE_TAG_BASE)-bundle:v{{.Version}}
 .PHONY: catalog
 catalog: opm ## Render bundle/ into the file-based catalog (catalog/) and validate the catalog.
 	mkdir -p $(CATALOG_DIR)/bundles
 	$(OPM) init pgpilot-operator --default-channel=$(DEFAULT_CHANNEL) \
 		--icon=config/manifests/bases/pgpilot-icon.svg -o yaml > $(CATALOG_DIR)/package.yaml
-	$(OPM) render ./bundle -o yaml > $(CATALOG_DIR)/bundles/pgpilot-operator.v$(VERSION).yaml
+	$(OPM) render ./bundle --alpha-image-ref-template '$(BUNDLE_IMAGE_TEMPLATE)' -o yaml \
+		> $(CATALOG_DIR)/bundles/pgpilot-operator.v$(VERSION).yaml
 	$(OPM) validate catalog
 
 # catalog-render-release adds the bundle of an earlier release (a git tag) to the catalog, built
@@ -321,14 +325,15 @@ catalog-render-release: kustomize operator-sdk opm ## Render the bundle of git t
 	sed -i -e "s/^    createdAt: .*/    createdAt: \"$$created\"/" bundle/manifests/pgpilot-operator.clusterserviceversion.yaml && \
 	$(OPERATOR_SDK) bundle validate ./bundle --select-optional suite=operatorframework && \
 	$(OPERATOR_SDK) bundle validate ./bundle --select-optional name=good-practices); \
-	$(OPM) render "$$src/bundle" -o yaml > $(CATALOG_DIR)/bundles/pgpilot-operator.$(RELEASE).yaml
+	$(OPM) render "$$src/bundle" --alpha-image-ref-template '$(BUNDLE_IMAGE_TEMPLATE)' -o yaml \
+		> $(CATALOG_DIR)/bundles/pgpilot-operator.$(RELEASE).yaml
 	$(OPM) validate catalog
 
 # The image tag given to the resulting catalog image (e.g. make catalog-build CATALOG_IMG=example.com/operator-catalog:v0.2.0).
 CATALOG_IMG ?= $(IMAGE_TAG_BASE)-catalog:v$(VERSION)
 
 # The catalog image serves catalog/ with `opm serve`. catalog.Dockerfile was written by
-# `opm generate dockerfile catalog -b quay.io/operator-framework/opm:v1.60.0 -i quay.io/operator-framework/opm:v1.60.0`.
+# `opm generate dockerfile catalog -b quay.io/operator-framework/opm:v1.61.0 -i quay.io/operator-framework/opm:v1.61.0`.
 .PHONY: catalog-build
 catalog-build: ## Build the catalog image (catalog.Dockerfile).
 	$(CONTAINER_TOOL) build -f catalog.Dockerfile -t $(CATALOG_IMG) .

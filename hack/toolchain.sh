@@ -7,13 +7,19 @@
 #   hack/toolchain.sh etcd           etcd
 #   hack/toolchain.sh operator-sdk   operator-sdk, scorecard-test
 #   hack/toolchain.sh opm            opm (file-based catalogs only: built without cgo/sqlite)
+#   hack/toolchain.sh olm            olm, catalog, package-server, copy-content, cpb (OLM's image)
+#   hack/toolchain.sh grpc-health-probe  grpc_health_probe (the opm image's catalog pod probe)
 #   hack/toolchain.sh envtest        a KUBEBUILDER_ASSETS folder (kube-apiserver, etcd, kubectl)
 set -euo pipefail
 
 KUBERNETES_VERSION=v1.37.2
 ETCD_VERSION=v3.7.3
 OPERATOR_SDK_VERSION=v1.42.2
-OPM_VERSION=v1.60.0
+OLM_VERSION=v0.38.0
+# opm is the operator-registry OLM v0.38.0 requires (hack/toolchain/olm/go.mod), so the catalog
+# is rendered by the opm that OLM's unpack Jobs and catalog pods run.
+OPM_VERSION=v1.61.0
+GRPC_HEALTH_PROBE_VERSION=v0.4.62
 
 HACK_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 CACHE_ROOT=${PGPILOT_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/pgpilot}
@@ -64,9 +70,24 @@ build_operator_sdk() {
 # catalogs); json1 and containers_image_openpgp avoid the sqlite and gpgme C dependencies.
 build_opm() {
   local v=github.com/operator-framework/operator-registry/cmd/opm/version
-  (cd "$HACK_DIR/toolchain/opm" && go build -trimpath -tags json1,containers_image_openpgp \
+  (cd "$HACK_DIR/toolchain/olm" && go build -trimpath -tags json1,containers_image_openpgp \
     -ldflags "-s -w -X $v.opmVersion=$OPM_VERSION -X $v.gitCommit=$OPM_VERSION-goproxy" \
     -o "$1/opm" github.com/operator-framework/operator-registry/cmd/opm)
+}
+
+# The binaries of OLM's own image (its Dockerfile copies exactly these into /bin).
+build_olm() {
+  (cd "$HACK_DIR/toolchain/olm" && go build -trimpath -ldflags "-s -w" -o "$1/" \
+    github.com/operator-framework/operator-lifecycle-manager/cmd/olm \
+    github.com/operator-framework/operator-lifecycle-manager/cmd/catalog \
+    github.com/operator-framework/operator-lifecycle-manager/cmd/package-server \
+    github.com/operator-framework/operator-lifecycle-manager/cmd/copy-content \
+    github.com/operator-framework/operator-lifecycle-manager/util/cpb)
+}
+
+build_grpc_health_probe() {
+  (cd "$HACK_DIR/toolchain/grpc-health-probe" && go build -trimpath -ldflags "-s -w" \
+    -o "$1/grpc_health_probe" github.com/grpc-ecosystem/grpc-health-probe)
 }
 
 # envtest wants one folder with kube-apiserver, etcd and kubectl; link them from their caches.
@@ -83,6 +104,8 @@ case "${1:-}" in
   etcd) build_once etcd "$ETCD_VERSION" build_etcd ;;
   operator-sdk) build_once operator-sdk "$OPERATOR_SDK_VERSION" build_operator_sdk ;;
   opm) build_once opm "$OPM_VERSION" build_opm ;;
+  olm) build_once olm "$OLM_VERSION" build_olm ;;
+  grpc-health-probe) build_once grpc-health-probe "$GRPC_HEALTH_PROBE_VERSION" build_grpc_health_probe ;;
   envtest) build_once envtest "$KUBERNETES_VERSION-etcd-$ETCD_VERSION" build_envtest ;;
-  *) echo "usage: $0 kubernetes|kubernetes-node|etcd|operator-sdk|opm|envtest" >&2; exit 2 ;;
+  *) echo "usage: $0 kubernetes|kubernetes-node|etcd|operator-sdk|opm|olm|grpc-health-probe|envtest" >&2; exit 2 ;;
 esac

@@ -239,6 +239,12 @@ type PostgresClusterStatus struct {
 	// +operator-sdk:csv:customresourcedefinitions:type=status,displayName="Observed Generation",xDescriptors={"urn:alm:descriptor:text"},order=6
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
 
+	// Version of the pgpilot operator that last reconciled this cluster; after an operator
+	// upgrade it tells which clusters the new version has taken over.
+	// +optional
+	// +operator-sdk:csv:customresourcedefinitions:type=status,displayName="Operator Version",xDescriptors={"urn:alm:descriptor:text"},order=8
+	OperatorVersion string `json:"operatorVersion,omitempty"`
+
 	// What each instance's agent last reported.
 	// +listType=map
 	// +listMapKey=name
@@ -296,6 +302,7 @@ type InstanceStatus struct {
 // +kubebuilder:printcolumn:name="Ready",type=integer,JSONPath=`.status.readyInstances`
 // +kubebuilder:printcolumn:name="Primary",type=string,JSONPath=`.status.currentPrimary`
 // +kubebuilder:printcolumn:name="Status",type=string,JSONPath=`.status.phase`
+// +kubebuilder:printcolumn:name="Operator",type=string,JSONPath=`.status.operatorVersion`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type PostgresCluster struct {
 	metav1.TypeMeta `json:",inline"`

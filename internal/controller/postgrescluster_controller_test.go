@@ -16,6 +16,7 @@ import (
 
 	pgv1 "github.com/pgpilot/pgpilot-operator/api/v1alpha1"
 	pgbuilder "github.com/pgpilot/pgpilot-operator/internal/builder"
+	"github.com/pgpilot/pgpilot-operator/internal/version"
 )
 
 var _ = Describe("PostgresCluster reconciler", func() {
@@ -41,6 +42,7 @@ var _ = Describe("PostgresCluster reconciler", func() {
 			c := fetch(cluster)
 			g.Expect(c.Status.Phase).To(Equal(pgv1.PhaseBootstrapping))
 			g.Expect(c.Status.ObservedGeneration).To(Equal(c.Generation))
+			g.Expect(c.Status.OperatorVersion).To(Equal(version.Version))
 			progressing := condition(c, pgv1.ConditionProgressing)
 			g.Expect(progressing).NotTo(BeNil())
 			g.Expect(progressing.Status).To(Equal(metav1.ConditionTrue))

@@ -8,11 +8,13 @@ import (
 
 	pgv1 "github.com/pgpilot/pgpilot-operator/api/v1alpha1"
 	"github.com/pgpilot/pgpilot-operator/internal/instance/postgres"
+	"github.com/pgpilot/pgpilot-operator/internal/version"
 )
 
 // observation is what one reconcile saw, the only input of the status.
 type observation struct {
 	generation     int64
+	operator       string // the version reconciling
 	desired        int32
 	instances      int32
 	readyInstances int32
@@ -31,6 +33,7 @@ type observation struct {
 func observe(s *scope) observation {
 	o := observation{
 		generation: s.cluster.Generation,
+		operator:   version.Version,
 		desired:    s.cluster.Spec.Instances,
 		primary:    s.primary,
 		waiting:    s.waiting,
@@ -71,6 +74,7 @@ func computeStatus(status *pgv1.PostgresClusterStatus, o observation) {
 	status.Instances = o.instances
 	status.ReadyInstances = o.readyInstances
 	status.CurrentPrimary = o.primary
+	status.OperatorVersion = o.operator
 	if o.instancesStatus != nil {
 		status.InstancesStatus = o.instancesStatus
 	}

@@ -14,6 +14,8 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/yaml"
+
+	pgversion "github.com/pgpilot/pgpilot-operator/internal/version"
 )
 
 const packageName = "pgpilot-operator"
@@ -140,11 +142,11 @@ func TestCatalogValidates(t *testing.T) {
 }
 
 // The catalog holds the package with channels stable and candidate, each upgrading 0.1.0 to
-// the current version by replaces and skipRange, and bundles OLM installs without pulling an
-// image (manifests inline, image "").
+// the current version by replaces and skipRange, and bundles that name their bundle image (OLM
+// unpacks it) and carry their manifests inline too.
 func TestCatalogUpgradeGraph(t *testing.T) {
 	c := loadCatalog(t)
-	version := makeVar(t, "VERSION")
+	version := pgversion.Version
 	current, previous := packageName+".v"+version, packageName+".v0.1.0"
 	if version == "0.1.0" {
 		t.Fatal("VERSION must be after 0.1.0")
@@ -195,8 +197,9 @@ func TestCatalogUpgradeGraph(t *testing.T) {
 			t.Errorf("no bundle %s", name)
 			continue
 		}
-		if b.Image != "" || b.Package != packageName {
-			t.Errorf("bundle %s: image %q package %q, want image \"\" (manifests inline) in %s", name, b.Image, b.Package, packageName)
+		wantVersion := strings.TrimPrefix(name, packageName+".v")
+		if bundleImage := makeVar(t, "IMAGE_TAG_BASE") + "-bundle:v" + wantVersion; b.Image != bundleImage || b.Package != packageName {
+			t.Errorf("bundle %s: image %q package %q, want %s in %s", name, b.Image, b.Package, bundleImage, packageName)
 		}
 		kinds := map[string]int{}
 		for _, obj := range b.objects(t) {
@@ -206,7 +209,6 @@ func TestCatalogUpgradeGraph(t *testing.T) {
 			t.Errorf("bundle %s carries %v inline, want its CSV and CRD", name, kinds)
 		}
 		csv := csvOf(t, b.objects(t))
-		wantVersion := strings.TrimPrefix(name, packageName+".v")
 		if csv.Name != name || csv.Spec.Version.String() != wantVersion {
 			t.Errorf("bundle %s holds CSV %s version %s", name, csv.Name, csv.Spec.Version.String())
 		}
@@ -224,15 +226,16 @@ func TestCatalogUpgradeGraph(t *testing.T) {
 
 // The current version's catalog entry is `opm render ./bundle`, byte for byte (make catalog).
 func TestCatalogHasTheBundle(t *testing.T) {
-	version := makeVar(t, "VERSION")
-	rendered := run(t, repoRoot, nil, opm(t), "render", "./bundle", "-o", "yaml")
+	version := pgversion.Version
+	rendered := run(t, repoRoot, nil, opm(t), "render", "./bundle", "--alpha-image-ref-template",
+		makeVar(t, "IMAGE_TAG_BASE")+"-bundle:v{{.Version}}", "-o", "yaml")
 	file := repoPath("catalog", packageName, "bundles", packageName+".v"+version+".yaml")
 	committed, err := os.ReadFile(file)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !bytes.Equal(rendered, committed) {
-		t.Errorf("%s is not `opm render ./bundle`: run make catalog", file)
+		t.Errorf("%s is not `opm render ./bundle` with the bundle image: run make catalog", file)
 	}
 }
 

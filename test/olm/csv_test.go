@@ -17,12 +17,13 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/pgpilot/pgpilot-operator/internal/controller"
+	pgversion "github.com/pgpilot/pgpilot-operator/internal/version"
 )
 
 // The CSV carries everything OperatorHub shows and OLM needs, and nothing it should not.
 func TestCSVIsComplete(t *testing.T) {
 	csv := bundleCSV(t)
-	version := makeVar(t, "VERSION")
+	version := pgversion.Version
 	operatorImage := "ghcr.io/pgpilot/pgpilot-operator:v" + version
 
 	t.Run("metadata", func(t *testing.T) {

@@ -18,6 +18,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	"sigs.k8s.io/yaml"
+
+	pgversion "github.com/pgpilot/pgpilot-operator/internal/version"
 )
 
 // The tests operator-sdk's scorecard-test image runs; pgpilot's own run from SCORECARD_IMG.
@@ -62,7 +64,7 @@ func scorecardTests(t *testing.T, cfg scapiv1alpha3.Configuration, image string)
 // with an image and an entrypoint `operator-sdk scorecard` can run in a cluster.
 func TestScorecardConfiguration(t *testing.T) {
 	cfg := scorecardConfig(t)
-	pgpilotImage := makeVar(t, "IMAGE_TAG_BASE") + "-scorecard:v" + makeVar(t, "VERSION")
+	pgpilotImage := makeVar(t, "IMAGE_TAG_BASE") + "-scorecard:v" + pgversion.Version
 	seen := map[string]bool{}
 	for _, stage := range cfg.Stages {
 		for _, test := range stage.Tests {
@@ -238,7 +240,7 @@ func runPgpilotTest(t *testing.T, binary, kubeconfig, namespace, bundleDir, name
 // real kube-apiserver with the bundle's CRD (server-side dry run), every CRD field is
 // documented, and the descriptors match the CRD schema.
 func TestScorecardPgpilotTests(t *testing.T) {
-	tests := scorecardTests(t, scorecardConfig(t), makeVar(t, "IMAGE_TAG_BASE")+"-scorecard:v"+makeVar(t, "VERSION"))
+	tests := scorecardTests(t, scorecardConfig(t), makeVar(t, "IMAGE_TAG_BASE")+"-scorecard:v"+pgversion.Version)
 	if !slices.Equal(tests, pgpilotTests) {
 		t.Fatalf("the configuration runs pgpilot tests %v, want %v", tests, pgpilotTests)
 	}
