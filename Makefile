@@ -383,8 +383,10 @@ cluster-status: ## Show the local cluster's daemons, node and pods.
 	$(LOCALCLUSTER) status
 
 .PHONY: demo
-demo: manifests kustomize ## Local cluster + the operator from its image (config/default) + the sample PostgresCluster, Ready.
-	$(LOCALCLUSTER) demo
+# OLM=1 installs OLM and pgpilot from its catalog image by a Subscription instead of kustomize.
+OLM ?=
+demo: manifests kustomize ## Local cluster + the operator from its image (config/default; OLM=1: through OLM) + the sample PostgresCluster, Ready.
+	OLM=$(OLM) $(LOCALCLUSTER) demo
 
 .PHONY: demo-down
 demo-down: ## Tear down the local cluster of make demo.

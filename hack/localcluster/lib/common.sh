@@ -40,6 +40,8 @@ CNI_BRIDGE=pgpilot0
 REGISTRY_NAME=registry.pgpilot.test
 REGISTRY_HOST=$REGISTRY_NAME:5000
 REGISTRY_ADDR=$NODE_IP:5000
+# Registries whose images containerd pulls from the in-namespace registry (config/hosts.toml).
+MIRRORED_REGISTRIES=("$REGISTRY_HOST" "$REGISTRY_ADDR" ghcr.io quay.io docker.io)
 
 export KUBECONFIG=$STATE/kubeconfig/admin.kubeconfig
 export KUBECACHEDIR=$STATE/kube-cache   # keep kubectl's discovery cache out of ~/.kube
@@ -143,7 +145,7 @@ render() {
     -e "s|@REGISTRY_HOST@|$REGISTRY_HOST|g" -e "s|@REGISTRY_ADDR@|$REGISTRY_ADDR|g" \
     -e "s|@IMAGE_PAUSE@|${IMAGE_REF[pause]:-}|g" -e "s|@IMAGE_COREDNS@|${IMAGE_REF[coredns]:-}|g" \
     -e "s|@IMAGE_LOCAL_PATH@|${IMAGE_REF[local-path-provisioner]:-}|g" \
-    -e "s|@IMAGE_BUSYBOX@|${IMAGE_REF[busybox]:-}|g" \
+    -e "s|@IMAGE_BUSYBOX@|${IMAGE_REF[busybox]:-}|g" -e "s|@MIRRORED@|${MIRRORED:-}|g" \
     "$1" >"$2"
 }
 

@@ -35,7 +35,7 @@ base_rootfs() {
 binary_image() {
   local ref=$1 out=$2 binary=$3 target=$4 root
   shift 4
-  root=$(mktemp -d "$IMAGE_CACHE/root.XXXXXX") && chmod 0755 "$root"
+  root=$(new_root)
   base_rootfs "$root"
   install -D -m 0755 "$binary" "$root$target"
   assemble_image "$ref" "$root" "$out" --config.entrypoint "$target" "$@"
@@ -52,30 +52,42 @@ build_httpcheck_image() { binary_image "$1" "$2" "$(bin httpcheck)" /httpcheck -
 # 65532 (distroless/static:nonroot's user).
 build_operator_image() {
   local root
-  root=$(mktemp -d "$IMAGE_CACHE/root.XXXXXX") && chmod 0755 "$root"
+  root=$(new_root)
   base_rootfs "$root"
   install -m 0755 "$OPERATOR_BUILD"/* "$root/"
   assemble_image "$1" "$root" "$2" --config.entrypoint /manager --config.user 65532:65532 --config.workingdir /
   rm -rf "$root"
 }
 
-# The helper image local-path-provisioner runs its setup/teardown scripts in: Debian's static
-# busybox with a link per applet.
-build_busybox_image() {
-  local root applet
+# new_root: an empty root filesystem folder in the image cache.
+new_root() {
+  local root
   root=$(mktemp -d "$IMAGE_CACHE/root.XXXXXX") && chmod 0755 "$root"
-  base_rootfs "$root"
-  install -D -m 0755 /bin/busybox "$root/bin/busybox"
+  echo "$root"
+}
+
+# busybox_rootfs DIR: base_rootfs plus Debian's static busybox with a link per applet in /bin.
+busybox_rootfs() {
+  local applet
+  base_rootfs "$1"
+  install -D -m 0755 /bin/busybox "$1/bin/busybox"
   for applet in $(/bin/busybox --list); do
-    [[ -e $root/bin/$applet ]] || ln -s busybox "$root/bin/$applet"
+    [[ -e $1/bin/$applet ]] || ln -s busybox "$1/bin/$applet"
   done
+}
+
+# The helper image local-path-provisioner runs its setup/teardown scripts in.
+build_busybox_image() {
+  local root
+  root=$(new_root)
+  busybox_rootfs "$root"
   assemble_image "$1" "$root" "$2" --config.cmd sh --config.env PATH=/bin
   rm -rf "$root"
 }
 
 build_postgres_image() {
   local root
-  root=$(mktemp -d "$IMAGE_CACHE/root.XXXXXX") && chmod 0755 "$root"
+  root=$(new_root)
   # debootstrap and apt are chatty: keep their output for when something goes wrong.
   if ! "$LC_DIR/images/postgres/build-rootfs.sh" "$root" "$(debian_mirror)" >"$IMAGE_CACHE/postgres-build.log" 2>&1; then
     tail -20 "$IMAGE_CACHE/postgres-build.log" >&2
@@ -139,18 +151,24 @@ postgres_image_inputs() {
   apt-cache policy postgresql-15 2>/dev/null | awk '/Candidate/ {print $2}'
 }
 
-# build_operator_from_source: the Dockerfile's binaries from this clone, with its flags (static,
-# CGO off, -trimpath -s -w): ./cmd as /manager and, when the clone has it, ./cmd/agent as
-# /agent. The image is keyed by the binaries, so an unchanged tree reuses the cached tarball.
+# build_operator_binaries SRC OUT: the Dockerfile's binaries from the tree SRC, with its flags
+# (static, CGO off, -trimpath -s -w): ./cmd as OUT/manager and, when SRC has it, ./cmd/agent as
+# OUT/agent.
+build_operator_binaries() {
+  local src=$1 out=$2 build=(env CGO_ENABLED=0 go build -trimpath -ldflags "-s -w")
+  (cd "$src" && "${build[@]}" -o "$out/manager" ./cmd)
+  if [[ -d $src/cmd/agent ]]; then
+    (cd "$src" && "${build[@]}" -o "$out/agent" ./cmd/agent)
+  fi
+}
+
+# build_operator_from_source: the operator image from this clone. It is keyed by the binaries,
+# so an unchanged tree reuses the cached tarball.
 build_operator_from_source() {
   OPERATOR_BUILD=$STATE/build/operator
   rm -rf "$OPERATOR_BUILD" && mkdir -p "$OPERATOR_BUILD"
   log "building the operator binaries (go build ./cmd ./cmd/agent)"
-  local build=(env CGO_ENABLED=0 go build -trimpath -ldflags "-s -w")
-  (cd "$REPO_ROOT" && "${build[@]}" -o "$OPERATOR_BUILD/manager" ./cmd)
-  if [[ -d $REPO_ROOT/cmd/agent ]]; then
-    (cd "$REPO_ROOT" && "${build[@]}" -o "$OPERATOR_BUILD/agent" ./cmd/agent)
-  fi
+  build_operator_binaries "$REPO_ROOT" "$OPERATOR_BUILD"
   image operator pgpilot-operator "$(cd "$OPERATOR_BUILD" && sha256sum ./*)" build_operator_image
 }
 

@@ -63,10 +63,43 @@ deploy_operator() {
   log "operator ${IMAGE_REF[operator]} deployed and available in $((SECONDS - start))s"
 }
 
+# subscribe_operator: pgpilot from the catalog into the global `operators` namespace (watching
+# every namespace), as a user subscribes on OperatorHub; waits for the CSV to succeed.
+subscribe_operator() {
+  local start=$SECONDS csv=""
+  kubectl apply -f - >/dev/null <<EOF
+apiVersion: operators.coreos.com/v1alpha1
+kind: Subscription
+metadata:
+  name: $PACKAGE
+  namespace: operators
+spec:
+  channel: stable
+  name: $PACKAGE
+  source: $CATALOG_SOURCE
+  sourceNamespace: $OLM_NAMESPACE
+EOF
+  for _ in $(seq 150); do
+    csv=$(kubectl -n operators get subscription "$PACKAGE" -o jsonpath='{.status.installedCSV}')
+    [[ -n $csv ]] && break
+    sleep 2
+  done
+  if [[ -z $csv ]] || ! kubectl -n operators wait --for=jsonpath='{.status.phase}'=Succeeded "csv/$csv" --timeout=300s >/dev/null; then
+    kubectl -n operators get subscription,installplan,csv,pods -o wide >&2 || true
+    die "the Subscription to $PACKAGE did not install a CSV that succeeds"
+  fi
+  log "$csv installed by OLM in $((SECONDS - start))s"
+}
+
 demo() {
   local start=$SECONDS
   up
-  deploy_operator
+  if [[ ${OLM:-} == 1 ]]; then
+    olm
+    subscribe_operator
+  else
+    deploy_operator
+  fi
   kubectl apply -f "$SAMPLE" >/dev/null
   local name
   name=$(kubectl create --dry-run=client -o jsonpath='{.metadata.name}' -f "$SAMPLE")
@@ -84,7 +117,7 @@ demo() {
   cat >&2 <<EOF
   hack/localcluster/localcluster kubectl get postgrescluster $name -o yaml
   hack/localcluster/localcluster kubectl describe pod $name-0
-  hack/localcluster/localcluster kubectl -n $OPERATOR_NAMESPACE logs deploy/$OPERATOR_DEPLOYMENT
+  hack/localcluster/localcluster kubectl -n $([[ ${OLM:-} == 1 ]] && echo operators || echo "$OPERATOR_NAMESPACE") logs deploy/$OPERATOR_DEPLOYMENT
   hack/localcluster/localcluster kubectl exec $name-0 -c postgres -- psql -U postgres -c 'select version()'
   # as the application, through the read-write Service, with the generated Secret:
   hack/localcluster/localcluster kubectl run psql --rm -it --restart=Never --image=\$(hack/localcluster/localcluster kubectl get sts $name -o jsonpath='{.spec.template.spec.containers[0].image}') \\

@@ -3,10 +3,13 @@
 
 render_configs() {
   local etc=$STATE/etc
-  mkdir -p "$etc/cni" "$etc/containerd/certs.d/$REGISTRY_HOST" "$STATE/cni/ipam" "$STATE/logs/pods" \
-    "$STATE/volumes" "$STATE/registry" "$STATE/kubelet"
+  mkdir -p "$etc/cni" "$STATE/cni/ipam" "$STATE/logs/pods" "$STATE/volumes" "$STATE/registry" "$STATE/kubelet"
   render "$LC_DIR/config/containerd.toml" "$etc/containerd.toml"
-  render "$LC_DIR/config/hosts.toml" "$etc/containerd/certs.d/$REGISTRY_HOST/hosts.toml"
+  local host
+  for host in "${MIRRORED_REGISTRIES[@]}"; do
+    mkdir -p "$etc/containerd/certs.d/$host"
+    MIRRORED=$host render "$LC_DIR/config/hosts.toml" "$etc/containerd/certs.d/$host/hosts.toml"
+  done
   render "$LC_DIR/config/cni.conflist" "$etc/cni/10-pgpilot.conflist"
   render "$LC_DIR/config/registry.yml" "$etc/registry.yml"
   render "$LC_DIR/config/kubelet.yaml" "$etc/kubelet.yaml"

@@ -1,0 +1,251 @@
+# OLM on the local cluster, installed as its quickstart install.sh does (crds.yaml, olm.yaml,
+# then the packageserver CSV Succeeded), and pgpilot served the OperatorHub way: a catalog image
+# in a CatalogSource (spec.image) and a bundle image per catalog entry, unpacked by OLM's Jobs.
+# Every image is built here offline and published under its upstream name (quay.io/...,
+# ghcr.io/..., docker.io/...), which containerd pulls from the in-namespace registry
+# (config/hosts.toml), so the manifests stay as released. Sourced by localcluster.
+# shellcheck shell=bash
+
+OLM_NAMESPACE=olm
+CATALOG_SOURCE=pgpilot-operators
+PACKAGE=pgpilot-operator
+IMAGE_TAG_BASE=ghcr.io/pgpilot/pgpilot-operator
+CATALOG_BUNDLES=$REPO_ROOT/catalog/$PACKAGE/bundles
+
+# cached_version TOOL: the pinned version of a hack/toolchain.sh tool, from its cache folder.
+cached_version() { local dir; dir=$(tool_dir "$1") && echo "${dir##*/"$1"-}"; }
+
+olm_module_dir() {
+  (cd "$REPO_ROOT/hack/toolchain/olm" &&
+    go list -m -f '{{.Dir}}' github.com/operator-framework/operator-lifecycle-manager)
+}
+
+# OLM's image as its Dockerfile makes it: the binaries in /bin on busybox (distroless
+# static:debug), whose cp the bundle unpack Jobs call as /bin/cp.
+build_olm_image() {
+  local root
+  root=$(new_root)
+  busybox_rootfs "$root"
+  install -m 0755 "$(tool_dir olm)"/{olm,catalog,package-server,copy-content,cpb} "$root/bin/"
+  assemble_image "$1" "$root" "$2" --config.entrypoint /bin/olm --config.user 1001 --config.env PATH=/bin
+  rm -rf "$root"
+}
+
+# opm_rootfs DIR: what the opm image holds: /bin/opm, the catalog pods' probe
+# /bin/grpc_health_probe, and a shell (operator-sdk's registry pods run `sh -c "opm serve ..."`).
+opm_rootfs() {
+  busybox_rootfs "$1"
+  install -m 0755 "$(tool_dir opm)/opm" "$(tool_dir grpc-health-probe)/grpc_health_probe" "$1/bin/"
+}
+
+build_opm_image() {
+  local root
+  root=$(new_root)
+  opm_rootfs "$root"
+  assemble_image "$1" "$root" "$2" --config.entrypoint /bin/opm --config.user 1001 --config.env PATH=/bin
+  rm -rf "$root"
+}
+
+# The catalog image as catalog.Dockerfile makes it: catalog/ at /configs with opm's serve cache
+# built ahead, served by `opm serve`.
+build_catalog_image() {
+  local root
+  root=$(new_root)
+  opm_rootfs "$root"
+  cp -r "$REPO_ROOT/catalog" "$root/configs"
+  "$(tool_dir opm)/opm" serve "$root/configs" --cache-dir="$root/tmp/cache" --cache-only >/dev/null
+  chown -R 1001:0 "$root/tmp/cache"
+  assemble_image "$1" "$root" "$2" --config.entrypoint /bin/opm --config.user 1001 --config.env PATH=/bin \
+    --config.cmd serve --config.cmd /configs --config.cmd --cache-dir=/tmp/cache \
+    --config.label operators.operatorframework.io.index.configs.v1=/configs
+  rm -rf "$root"
+}
+
+# build_bundle_image REF OUT: the bundle folder BUNDLE_SRC as bundle.Dockerfile lays it out, with
+# its annotations as labels (and the scorecard labels when it carries tests).
+build_bundle_image() {
+  local root labels=() key value
+  root=$(new_root)
+  cp -r "$BUNDLE_SRC/manifests" "$BUNDLE_SRC/metadata" "$root/"
+  while read -r key value; do
+    labels+=(--config.label "${key%:}=$value")
+  done < <(grep -E '^  operators\.operatorframework\.io\.' "$BUNDLE_SRC/metadata/annotations.yaml")
+  if [[ -d $BUNDLE_SRC/tests/scorecard ]]; then
+    mkdir -p "$root/tests" && cp -r "$BUNDLE_SRC/tests/scorecard" "$root/tests/"
+  fi
+  assemble_image "$1" "$root" "$2" "${labels[@]}"
+  rm -rf "$root"
+}
+
+# operator-sdk's scorecard-test image: the built-in basic and olm tests.
+build_scorecard_test_image() {
+  binary_image "$1" "$2" "$(tool_dir operator-sdk)/scorecard-test" /usr/local/bin/scorecard-test \
+    --config.user 1001 --config.env PATH=/usr/local/bin
+}
+
+# pgpilot's scorecard tests (test/scorecard), as test/scorecard/Dockerfile builds them.
+build_pgpilot_scorecard_image() {
+  binary_image "$1" "$2" "$STATE/build/pgpilot-scorecard-tests" /usr/local/bin/pgpilot-scorecard-tests \
+    --config.user 65532:65532 --config.env PATH=/usr/local/bin
+}
+
+# build_release_operator TAG: the operator image of an earlier release, its binaries built once
+# from the tag's tree (the clone's history: no download) and cached by the tag's commit.
+build_release_operator() {
+  local tag=$1 commit
+  commit=$(git -C "$REPO_ROOT" rev-parse --verify --quiet "$tag^{commit}") ||
+    die "git tag $tag is missing (the OLM specs need the history of earlier releases: a full clone)"
+  RELEASE_TREE=$commit
+  OPERATOR_BUILD=$(build_once "operator-$tag" "${commit:0:12}" build_release_binaries)
+  image "operator-$tag" pgpilot-operator "$tag $(cd "$OPERATOR_BUILD" && sha256sum ./*)" build_operator_image
+}
+
+build_release_binaries() {
+  local tree
+  tree=$(mktemp -d "$STATE/build/src.XXXXXX")
+  git -C "$REPO_ROOT" archive "$RELEASE_TREE" | tar -x -C "$tree"
+  build_operator_binaries "$tree" "$1"
+  rm -rf "$tree"
+}
+
+# build_olm_images: OLM, opm and pgpilot's release images, each named by what refers to it:
+# RELEASE_REF[name]=upstream reference.
+declare -A RELEASE_REF
+build_olm_images() {
+  local olm_version opm_version sdk_version version entry tag
+  olm_version=$(cached_version olm)
+  opm_version=$(cached_version opm)
+  sdk_version=$(cached_version operator-sdk)
+  cached_version grpc-health-probe >/dev/null
+  image olm olm "$olm_version $(cd "$(tool_dir olm)" && sha256sum ./*)" build_olm_image
+  RELEASE_REF[olm]=quay.io/operator-framework/olm:$olm_version
+  image opm opm "$opm_version $(cd "$(tool_dir opm)" && sha256sum ./*)" build_opm_image
+  RELEASE_REF[opm]=quay.io/operator-framework/opm:$opm_version
+  # operator-sdk run bundle's default index image.
+  IMAGE_REF[opm-latest]=${IMAGE_REF[opm]} IMAGE_TAR[opm-latest]=${IMAGE_TAR[opm]}
+  RELEASE_REF[opm-latest]=quay.io/operator-framework/opm:latest
+  image scorecard-test scorecard-test "$(sha256sum <"$(tool_dir operator-sdk)/scorecard-test")" build_scorecard_test_image
+  RELEASE_REF[scorecard-test]=quay.io/operator-framework/scorecard-test:$sdk_version
+  (cd "$REPO_ROOT" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" \
+    -o "$STATE/build/pgpilot-scorecard-tests" ./test/scorecard)
+  version=$(<"$REPO_ROOT/internal/version/VERSION")
+  image catalog pgpilot-operator-catalog "$opm_version $(hash_inputs "$REPO_ROOT/catalog")" build_catalog_image
+  RELEASE_REF[catalog]=$IMAGE_TAG_BASE-catalog:v$version
+  image pgpilot-scorecard pgpilot-operator-scorecard "$(sha256sum <"$STATE/build/pgpilot-scorecard-tests")" \
+    build_pgpilot_scorecard_image
+  RELEASE_REF[pgpilot-scorecard]=$IMAGE_TAG_BASE-scorecard:v$version
+  RELEASE_REF[operator]=$IMAGE_TAG_BASE:v$version
+  RELEASE_REF[postgres]=docker.io/library/postgres:15
+  # A bundle image per catalog entry: this clone's bundle/ for its own version, the catalog's
+  # copy (hack/olm/bundle-dir) for every earlier release, whose operator is built from its tag.
+  for entry in "$CATALOG_BUNDLES"/*.yaml; do
+    tag=$(basename "$entry" .yaml) && tag=${tag#"$PACKAGE".}
+    if [[ $tag == "v$version" ]]; then
+      BUNDLE_SRC=$REPO_ROOT/bundle
+    else
+      BUNDLE_SRC=$STATE/build/bundle-$tag
+      rm -rf "$BUNDLE_SRC"
+      (cd "$REPO_ROOT" && go run ./hack/olm/bundle-dir "$entry" "$BUNDLE_SRC")
+      build_release_operator "$tag"
+      RELEASE_REF[operator-$tag]=$IMAGE_TAG_BASE:$tag
+    fi
+    image "bundle-$tag" pgpilot-operator-bundle "$(hash_inputs "$BUNDLE_SRC")" build_bundle_image
+    RELEASE_REF[bundle-$tag]=$IMAGE_TAG_BASE-bundle:$tag
+  done
+}
+
+# publish NAME...: load the named images and tag them with their upstream references too, in
+# containerd and in the registry.
+publish() {
+  local name pids=() failed=0 loaded=()
+  declare -A seen
+  for name in "$@"; do
+    [[ -n ${seen[${IMAGE_TAR[$name]}]:-} ]] || loaded+=("$name")
+    seen[${IMAGE_TAR[$name]}]=1
+  done
+  load_images "${loaded[@]}"
+  for name in "$@"; do
+    local ref=${RELEASE_REF[$name]}
+    "${CTR[@]}" images tag --force "${IMAGE_REF[$name]}" "$ref" >/dev/null
+    ns_exec skopeo copy --quiet --dest-tls-verify=false "docker-archive:${IMAGE_TAR[$name]}" \
+      "docker://$REGISTRY_ADDR/${ref#*/}" &
+    pids+=($!)
+  done
+  for name in "${pids[@]}"; do wait "$name" || failed=1; done
+  ((failed == 0)) || die "publishing images failed"
+}
+
+# olm_manifests: OLM's namespaces, RBAC, operators and packageserver CSV from the quickstart's
+# olm.yaml, with OLM's image by tag instead of digest, opm pinned to the version OLM requires, and
+# without the operatorhub.io CatalogSource (no route out). The quickstart in the module lags the
+# chart that the release's olm.yaml is rendered from: its catalog operator flags have one dash,
+# which the v0.38.0 binary refuses (they get the chart's two), and it lacks the chart's OLMConfig.
+# (The chart's NetworkPolicies are left out: this cluster's CNI does not enforce them.)
+olm_manifests() {
+  local olm=${RELEASE_REF[olm]}
+  sed -e "s|quay.io/operator-framework/olm@sha256:[0-9a-f]*|$olm|" \
+    -e "s|^\( *\)- '-namespace'|\1- --namespace|" -e "s|^\( *\)- -util-image|\1- --util-image|" \
+    -e "s|^\( *\)- -configmapServerImage=\(.*\)|\1- --configmapServerImage=\2\n\1- --opmImage=${RELEASE_REF[opm]}|" \
+    "$(olm_module_dir)/deploy/upstream/quickstart/olm.yaml" |
+    awk 'BEGIN { RS = "\n---\n"; ORS = "\n---\n" } !/\nkind: CatalogSource\n/'
+  cat "$(olm_module_dir)/deploy/chart/templates/0000_50_olm_03-olmconfig.yaml"
+}
+
+# install_olm: the chart's CRDs (the quickstart's crds.yaml is older than v0.38.0's API), then
+# OLM itself; waits as the quickstart install.sh does, for the packageserver CSV to succeed.
+install_olm() {
+  local crds start=$SECONDS
+  crds=$(olm_module_dir)/deploy/chart/crds
+  # Server-side: the CRDs are too big for client-side apply's last-applied annotation.
+  kubectl apply --server-side --force-conflicts -f "$crds" >/dev/null
+  kubectl wait --for=condition=Established -f "$crds" --timeout=60s >/dev/null
+  olm_manifests | kubectl apply -f - >/dev/null
+  kubectl -n "$OLM_NAMESPACE" rollout status deploy/olm-operator --timeout=180s >/dev/null
+  kubectl -n "$OLM_NAMESPACE" rollout status deploy/catalog-operator --timeout=180s >/dev/null
+  if ! kubectl -n "$OLM_NAMESPACE" wait --for=jsonpath='{.status.phase}'=Succeeded csv/packageserver --timeout=300s >/dev/null; then
+    kubectl -n "$OLM_NAMESPACE" get csv,pods -o wide >&2 || true
+    die "OLM's packageserver CSV did not succeed"
+  fi
+  kubectl -n "$OLM_NAMESPACE" rollout status deploy/packageserver --timeout=180s >/dev/null
+  log "OLM ${RELEASE_REF[olm]##*:} installed in $((SECONDS - start))s"
+}
+
+# add_catalog_source: pgpilot's catalog image in the global catalog namespace, where every
+# namespace's Subscriptions find it (what OperatorHub lists).
+add_catalog_source() {
+  kubectl apply -f - >/dev/null <<EOF
+apiVersion: operators.coreos.com/v1alpha1
+kind: CatalogSource
+metadata:
+  name: $CATALOG_SOURCE
+  namespace: $OLM_NAMESPACE
+spec:
+  sourceType: grpc
+  image: ${RELEASE_REF[catalog]}
+  displayName: pgpilot
+  publisher: pgpilot
+  grpcPodConfig:
+    securityContextConfig: restricted
+EOF
+  if ! kubectl -n "$OLM_NAMESPACE" wait --for=jsonpath='{.status.connectionState.lastObservedState}'=READY \
+    "catalogsource/$CATALOG_SOURCE" --timeout=180s >/dev/null; then
+    kubectl -n "$OLM_NAMESPACE" get catalogsource,pods -o wide >&2 || true
+    die "CatalogSource $CATALOG_SOURCE did not become READY"
+  fi
+  log "CatalogSource $OLM_NAMESPACE/$CATALOG_SOURCE serves ${RELEASE_REF[catalog]}"
+}
+
+# olm: OLM installed (once), every image published, the CatalogSource READY.
+olm() {
+  cluster_is_up || die "the cluster is not up (localcluster up)"
+  local start=$SECONDS name
+  build_components
+  build_images
+  build_operator_from_source
+  build_olm_images
+  publish "${!RELEASE_REF[@]}"
+  install_olm
+  add_catalog_source
+  log "OLM ready with pgpilot's catalog in $((SECONDS - start))s; images:"
+  for name in "${!RELEASE_REF[@]}"; do printf '  %-22s %s\n' "$name" "${RELEASE_REF[$name]}" >&2; done
+}
