@@ -4,7 +4,9 @@
 // operator deployed from its image with the manifests of `make deploy`, PostgreSQL pods from a
 // real PostgreSQL image, volumes from a dynamic provisioner. The build tag keeps these specs out
 // of `go test ./...`; `make test-e2e` (test/e2e/run.sh) brings the cluster up, deploys the
-// operator and runs them on the node's network through `localcluster exec`.
+// operator and runs them on the node's network through `localcluster exec`. Then it removes that
+// operator, installs OLM (`localcluster olm`) and runs the specs labelled "olm": pgpilot
+// installed, upgraded and scored through OLM from its catalog image.
 package e2e
 
 import (
@@ -16,6 +18,8 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	operatorsv1 "github.com/operator-framework/api/pkg/operators/v1"
+	operatorsv1alpha1 "github.com/operator-framework/api/pkg/operators/v1alpha1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
@@ -60,6 +64,8 @@ var _ = BeforeSuite(func() {
 	scheme := runtime.NewScheme()
 	Expect(clientgoscheme.AddToScheme(scheme)).To(Succeed())
 	Expect(pgv1.AddToScheme(scheme)).To(Succeed())
+	Expect(operatorsv1.AddToScheme(scheme)).To(Succeed())
+	Expect(operatorsv1alpha1.AddToScheme(scheme)).To(Succeed())
 	k8s, err = client.New(cfg, client.Options{Scheme: scheme})
 	Expect(err).NotTo(HaveOccurred())
 	clientset, err = kubernetes.NewForConfig(cfg)

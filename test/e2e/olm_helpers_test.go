@@ -37,17 +37,21 @@ func csvName(version string) string { return packageName + ".v" + version }
 
 // olmTools are what test/e2e/run.sh hands the OLM specs.
 type olmTools struct {
-	sdkBinary   string // the operator-sdk binary
-	busybox     string // an image with sh and tar (scorecard's untar and storage, run bundle's gunzip)
-	registry    string // the in-namespace registry's address, as operator-sdk on the node reaches it
+	sdkBinary  string // the operator-sdk binary
+	busybox    string // an image with sh and tar (scorecard's untar and storage, run bundle's gunzip)
+	registry   string // the in-namespace registry's address, as operator-sdk on the node reaches it
+	registryCA string // the CA file of the registry's certificate
+	index      string // an empty file-based catalog image for run bundle to add bundles to
 }
 
 func requireOLMTools() olmTools {
 	t := olmTools{sdkBinary: os.Getenv("E2E_OPERATOR_SDK"), busybox: os.Getenv("E2E_BUSYBOX_IMAGE"),
-		registry: os.Getenv("E2E_REGISTRY")}
+		registry: os.Getenv("E2E_REGISTRY"), registryCA: os.Getenv("E2E_REGISTRY_CA"), index: os.Getenv("E2E_INDEX_IMAGE")}
 	Expect(t.sdkBinary).NotTo(BeEmpty(), "E2E_OPERATOR_SDK is unset: run the suite with `make test-e2e`")
 	Expect(t.busybox).NotTo(BeEmpty(), "E2E_BUSYBOX_IMAGE is unset: run the suite with `make test-e2e`")
 	Expect(t.registry).NotTo(BeEmpty(), "E2E_REGISTRY is unset: run the suite with `make test-e2e`")
+	Expect(t.registryCA).To(BeAnExistingFile(), "E2E_REGISTRY_CA: run the suite with `make test-e2e`")
+	Expect(t.index).NotTo(BeEmpty(), "E2E_INDEX_IMAGE is unset: run the suite with `make test-e2e`")
 	return t
 }
 
@@ -56,8 +60,14 @@ func requireOLMTools() olmTools {
 func (t olmTools) operatorSDK(ctx context.Context, args ...string) (string, error) {
 	cmd := exec.CommandContext(ctx, t.sdkBinary, args...)
 	cmd.Env = slices.DeleteFunc(os.Environ(), func(e string) bool { return strings.HasPrefix(e, "CI=") })
+	// The registry's certificate is from the cluster's CA.
+	cmd.Env = append(cmd.Env, "SSL_CERT_FILE="+t.registryCA)
 	out, err := cmd.CombinedOutput()
-	GinkgoWriter.Printf("$ operator-sdk %s\n%s\n", strings.Join(args, " "), out)
+	shown := out
+	if len(shown) > 4096 { // scorecard's JSON carries whole CRDs
+		shown = append(shown[:4096:4096], "\n[... cut]"...)
+	}
+	GinkgoWriter.Printf("$ operator-sdk %s\n%s\n", strings.Join(args, " "), shown)
 	return string(out), err
 }
 
@@ -65,7 +75,11 @@ func (t olmTools) operatorSDK(ctx context.Context, args ...string) (string, erro
 // every pgpilot CSV OLM copied from it are gone, so that the next install starts clean.
 func newOLMNamespace(ctx context.Context, prefix string) string {
 	name := newNamespace(ctx, prefix)
+	// Cleanups run last-in first-out: this one deletes the namespace itself before waiting.
 	DeferCleanup(func(ctx SpecContext) {
+		ns := &corev1.Namespace{}
+		ns.Name = name
+		Expect(client.IgnoreNotFound(k8s.Delete(ctx, ns))).To(Succeed())
 		Eventually(func(g Gomega) {
 			err := k8s.Get(ctx, client.ObjectKey{Name: name}, &corev1.Namespace{})
 			g.Expect(apierrors.IsNotFound(err)).To(BeTrue(), "namespace %s still exists (%v)", name, err)

@@ -1,12 +1,17 @@
 #!/usr/bin/env bash
-# `make test-e2e`: the e2e specs on a real local cluster (hack/localcluster).
+# `make test-e2e`: the e2e specs on a real local cluster (hack/localcluster), in two phases.
 #
-# Brings the cluster up (or reuses the one that is up), deploys the operator from this clone's
-# source as `make deploy` would, runs the specs on the node's network, and always tears the
-# cluster down afterwards, failing when the host is not left as it was found.
+# 1. The operator as `make deploy` installs it: brings the cluster up (or reuses the one that is
+#    up), deploys the operator from this clone's source and runs every spec but the OLM ones.
+# 2. The operator as OperatorHub users get it: removes that deployment (CRD included), installs
+#    OLM with pgpilot's catalog image (`localcluster olm`) and runs the specs labelled "olm".
+#
+# Both run on the node's network. The cluster is always torn down afterwards, and the run fails
+# when the host is not left as it was found.
 #
 #   E2E_KEEP_CLUSTER=1   leave the cluster up after the run (for debugging; `make demo-down` later)
-#   E2E_GO_TEST_FLAGS    extra `go test` flags, e.g. -ginkgo.focus=metrics
+#   E2E_GO_TEST_FLAGS    extra `go test` flags for both phases, e.g. -ginkgo.focus=metrics
+#   E2E_PHASES           "deploy olm" (default), or one of them
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
@@ -28,15 +33,38 @@ teardown() {
 go vet -tags e2e ./test/e2e/
 
 trap teardown EXIT
-start=$SECONDS
-"$LOCALCLUSTER" up
-"$LOCALCLUSTER" deploy
-echo "e2e: cluster and operator ready in $((SECONDS - start))s"
+LOCALCLUSTER_IMAGES=$("$LOCALCLUSTER" images)
+image_ref() { awk -v name="$1" '$1 == name {print $2}' <<<"$LOCALCLUSTER_IMAGES"; }
+export E2E_HTTPCHECK_IMAGE E2E_BUSYBOX_IMAGE
+E2E_HTTPCHECK_IMAGE=$(image_ref httpcheck)
+E2E_BUSYBOX_IMAGE=$(image_ref busybox)
 
-E2E_HTTPCHECK_IMAGE=$("$LOCALCLUSTER" images | awk '$1 == "httpcheck" {print $2}')
-export E2E_HTTPCHECK_IMAGE
 # go test builds on the host (the module proxy is not reachable from the node's namespace) and
 # -exec runs the test binary inside it, where the API server and Services are.
-# shellcheck disable=SC2086 # E2E_GO_TEST_FLAGS is a list of flags
-go test -tags e2e -count=1 -timeout 30m -exec "$LOCALCLUSTER exec --" ./test/e2e/ \
-  -v -ginkgo.v -ginkgo.no-color ${E2E_GO_TEST_FLAGS:-}
+run_specs() {
+  # shellcheck disable=SC2086 # E2E_GO_TEST_FLAGS is a list of flags
+  go test -tags e2e -count=1 -timeout 40m -exec "$LOCALCLUSTER exec --" ./test/e2e/ \
+    -v -ginkgo.v -ginkgo.no-color -ginkgo.label-filter="$1" ${E2E_GO_TEST_FLAGS:-}
+}
+
+phases=${E2E_PHASES:-deploy olm}
+start=$SECONDS
+"$LOCALCLUSTER" up
+if [[ " $phases " == *" deploy "* ]]; then
+  "$LOCALCLUSTER" deploy
+  echo "e2e: cluster and operator ready in $((SECONDS - start))s"
+  run_specs '!olm'
+  "$LOCALCLUSTER" undeploy
+fi
+if [[ " $phases " == *" olm "* ]]; then
+  start=$SECONDS
+  "$LOCALCLUSTER" olm
+  echo "e2e: OLM and pgpilot's catalog ready in $((SECONDS - start))s"
+  # shellcheck source=/dev/null
+  source <("$LOCALCLUSTER" registry)
+  export E2E_REGISTRY=$REGISTRY_ADDR E2E_REGISTRY_CA=$REGISTRY_CA
+  export E2E_INDEX_IMAGE=$REGISTRY_ADDR/opm-index:$("$PWD/hack/toolchain.sh" opm | sed 's|.*/opm-||')
+  E2E_OPERATOR_SDK=$("$PWD/hack/toolchain.sh" operator-sdk)/operator-sdk
+  export E2E_OPERATOR_SDK
+  run_specs olm
+fi

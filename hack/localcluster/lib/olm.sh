@@ -46,6 +46,19 @@ build_opm_image() {
   rm -rf "$root"
 }
 
+# An empty file-based catalog to add bundles to: operator-sdk run bundle's --index-image. (Its
+# default, quay.io/operator-framework/opm:latest, is taken for file-based only by name; any other
+# index without the configs label is taken for SQLite, which needs an opm built with cgo.)
+build_opm_index_image() {
+  local root
+  root=$(new_root)
+  opm_rootfs "$root"
+  mkdir -p "$root/configs"
+  assemble_image "$1" "$root" "$2" --config.entrypoint /bin/opm --config.user 1001 --config.env PATH=/bin \
+    --config.label operators.operatorframework.io.index.configs.v1=/configs
+  rm -rf "$root"
+}
+
 # The catalog image as catalog.Dockerfile makes it: catalog/ at /configs with opm's serve cache
 # built ahead, served by `opm serve`.
 build_catalog_image() {
@@ -121,9 +134,8 @@ build_olm_images() {
   RELEASE_REF[olm]=quay.io/operator-framework/olm:$olm_version
   image opm opm "$opm_version $(cd "$(tool_dir opm)" && sha256sum ./*)" build_opm_image
   RELEASE_REF[opm]=quay.io/operator-framework/opm:$opm_version
-  # operator-sdk run bundle's default index image.
-  IMAGE_REF[opm-latest]=${IMAGE_REF[opm]} IMAGE_TAR[opm-latest]=${IMAGE_TAR[opm]}
-  RELEASE_REF[opm-latest]=quay.io/operator-framework/opm:latest
+  image opm-index opm-index "$opm_version $(cd "$(tool_dir opm)" && sha256sum ./*)" build_opm_index_image
+  RELEASE_REF[opm-index]=$REGISTRY_HOST/opm-index:$opm_version
   image scorecard-test scorecard-test "$(sha256sum <"$(tool_dir operator-sdk)/scorecard-test")" build_scorecard_test_image
   RELEASE_REF[scorecard-test]=quay.io/operator-framework/scorecard-test:$sdk_version
   (cd "$REPO_ROOT" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" \
@@ -157,13 +169,8 @@ build_olm_images() {
 # publish NAME...: load the named images and tag them with their upstream references too, in
 # containerd and in the registry.
 publish() {
-  local name pids=() failed=0 loaded=()
-  declare -A seen
-  for name in "$@"; do
-    [[ -n ${seen[${IMAGE_TAR[$name]}]:-} ]] || loaded+=("$name")
-    seen[${IMAGE_TAR[$name]}]=1
-  done
-  load_images "${loaded[@]}"
+  local name pids=() failed=0
+  load_images "$@"
   for name in "$@"; do
     local ref=${RELEASE_REF[$name]}
     "${CTR[@]}" images tag --force "${IMAGE_REF[$name]}" "$ref" >/dev/null

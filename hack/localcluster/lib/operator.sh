@@ -63,6 +63,15 @@ deploy_operator() {
   log "operator ${IMAGE_REF[operator]} deployed and available in $((SECONDS - start))s"
 }
 
+# undeploy_operator: removes what deploy_operator applied, its CRD (and so every
+# PostgresCluster) included, leaving the cluster as before the deploy.
+undeploy_operator() {
+  [[ -f $STATE/deploy/manifests.yaml ]] || die "no operator deployed by localcluster deploy"
+  kubectl delete --ignore-not-found --wait=true --timeout=180s -f "$STATE/deploy/manifests.yaml" >/dev/null
+  rm -f "$STATE/deploy/manifests.yaml"
+  log "operator and its CRD removed"
+}
+
 # subscribe_operator: pgpilot from the catalog into the global `operators` namespace (watching
 # every namespace), as a user subscribes on OperatorHub; waits for the CSV to succeed.
 subscribe_operator() {

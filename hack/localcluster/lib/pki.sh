@@ -73,6 +73,7 @@ make_pki() {
   new_cert scheduler ca /CN=system:kube-scheduler
   new_cert kube-proxy ca /CN=system:kube-proxy
   new_cert kubelet ca "/O=system:nodes/CN=system:node:$NODE_NAME"
+  new_cert registry ca "/CN=$REGISTRY_NAME" "DNS:$REGISTRY_NAME,IP:$NODE_IP"
   rm -f "$PKI"/*.srl
 
   kubeconfig admin admin

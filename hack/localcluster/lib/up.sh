@@ -46,7 +46,7 @@ start_containerd() {
   start_daemon containerd containerd --config "$STATE/etc/containerd.toml"
   wait_until containerd 30 "${CTR[@]}" version
   start_daemon registry docker-registry serve "$STATE/etc/registry.yml"
-  wait_until registry 30 ns_exec curl -fsS "http://$REGISTRY_ADDR/v2/"
+  wait_until registry 30 ns_exec curl -fsS --cacert "$PKI/ca.crt" "https://$REGISTRY_ADDR/v2/"
 }
 
 start_control_plane() {
