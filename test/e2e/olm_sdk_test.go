@@ -41,7 +41,7 @@ var _ = Describe("operator-sdk run bundle", Ordered, Label(olmLabel), func() {
 		out, err := tools.operatorSDK(ctx, "run", "bundle", bundle("0.1.0"), "--namespace", ns,
 			"--index-image", tools.index, "--decompression-image", tools.busybox, "--timeout", "5m")
 		Expect(err).NotTo(HaveOccurred(), out)
-		Expect(out).To(ContainSubstring(`"pgpilot-operator.v0.1.0" has successfully installed`))
+		Expect(out).To(ContainSubstring(`OLM has successfully installed \"pgpilot-operator.v0.1.0\"`))
 		waitForCSV(ctx, ns, csvName("0.1.0"))
 		expectOperatorAvailable(ctx, ns)
 		AddReportEntry("operator-sdk run bundle (0.1.0)", time.Since(start).Round(time.Second).String())
@@ -53,7 +53,7 @@ var _ = Describe("operator-sdk run bundle", Ordered, Label(olmLabel), func() {
 		out, err := tools.operatorSDK(ctx, "run", "bundle-upgrade", bundle(pgversion.Version), "--namespace", ns,
 			"--timeout", "5m")
 		Expect(err).NotTo(HaveOccurred(), out)
-		Expect(out).To(ContainSubstring(`"pgpilot-operator.v` + pgversion.Version + `" has successfully installed`))
+		Expect(out).To(ContainSubstring(`Successfully upgraded to \"pgpilot-operator.v` + pgversion.Version + `\"`))
 		waitForCSV(ctx, ns, csvName(pgversion.Version))
 		expectOperatorAvailable(ctx, ns)
 		Eventually(func() bool {

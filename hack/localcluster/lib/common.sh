@@ -41,7 +41,7 @@ REGISTRY_NAME=registry.pgpilot.test
 REGISTRY_HOST=$REGISTRY_NAME:5000
 REGISTRY_ADDR=$NODE_IP:5000
 # Registries whose images containerd pulls from the in-namespace registry (config/hosts.toml).
-MIRRORED_REGISTRIES=("$REGISTRY_HOST" "$REGISTRY_ADDR" ghcr.io quay.io docker.io)
+MIRRORED_REGISTRIES=("$REGISTRY_HOST" "$REGISTRY_ADDR" ghcr.io quay.io docker.io registry.access.redhat.com)
 
 export KUBECONFIG=$STATE/kubeconfig/admin.kubeconfig
 export KUBECACHEDIR=$STATE/kube-cache   # keep kubectl's discovery cache out of ~/.kube

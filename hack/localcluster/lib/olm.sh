@@ -136,6 +136,10 @@ build_olm_images() {
   RELEASE_REF[opm]=quay.io/operator-framework/opm:$opm_version
   image opm-index opm-index "$opm_version $(cd "$(tool_dir opm)" && sha256sum ./*)" build_opm_index_image
   RELEASE_REF[opm-index]=$REGISTRY_HOST/opm-index:$opm_version
+  # operator-sdk run bundle-upgrade has no flag for the image of its registry pod's init
+  # container (sh, cat, gzip -d) and always names UBI; busybox stands in for it under that name.
+  IMAGE_REF[ubi-standin]=${IMAGE_REF[busybox]} IMAGE_TAR[ubi-standin]=${IMAGE_TAR[busybox]}
+  RELEASE_REF[ubi-standin]=registry.access.redhat.com/ubi9/ubi:9.7
   image scorecard-test scorecard-test "$(sha256sum <"$(tool_dir operator-sdk)/scorecard-test")" build_scorecard_test_image
   RELEASE_REF[scorecard-test]=quay.io/operator-framework/scorecard-test:$sdk_version
   (cd "$REPO_ROOT" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" \
