@@ -393,5 +393,5 @@ demo-down: ## Tear down the local cluster of make demo.
 	$(LOCALCLUSTER) down
 
 .PHONY: test-e2e
-test-e2e: manifests kustomize ## Run the e2e specs (test/e2e) on the local cluster, then tear it down.
+test-e2e: manifests kustomize ## Run the e2e specs (test/e2e) on the local cluster (deployed, then installed through OLM), then tear it down.
 	test/e2e/run.sh
