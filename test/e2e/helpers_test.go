@@ -135,18 +135,29 @@ func dumpOnFailure(ctx context.Context) {
 	if !CurrentSpecReport().Failed() {
 		return
 	}
+	AddReportEntry("operator log", deploymentLogTail(ctx, operatorNamespace, operatorDeployment, 100))
+}
+
+// deploymentLogTail is the end of the log of each pod of a Deployment (by its pods' name prefix).
+func deploymentLogTail(ctx context.Context, ns, deployment string, lines int64) string {
 	pods := &corev1.PodList{}
-	if err := k8s.List(ctx, pods, client.InNamespace(operatorNamespace)); err != nil {
-		return
+	if err := k8s.List(ctx, pods, client.InNamespace(ns)); err != nil {
+		return err.Error()
 	}
+	var out strings.Builder
 	for _, pod := range pods.Items {
-		stream, err := clientset.CoreV1().Pods(operatorNamespace).GetLogs(pod.Name,
-			&corev1.PodLogOptions{TailLines: ptr.To[int64](100)}).Stream(ctx)
+		if !strings.HasPrefix(pod.Name, deployment+"-") {
+			continue
+		}
+		stream, err := clientset.CoreV1().Pods(ns).GetLogs(pod.Name,
+			&corev1.PodLogOptions{TailLines: ptr.To(lines)}).Stream(ctx)
 		if err != nil {
+			fmt.Fprintf(&out, "%s: %v\n", pod.Name, err)
 			continue
 		}
 		data, _ := io.ReadAll(stream)
 		_ = stream.Close()
-		AddReportEntry("operator log "+pod.Name, string(data))
+		fmt.Fprintf(&out, "--- %s\n%s", pod.Name, data)
 	}
+	return out.String()
 }

@@ -183,3 +183,32 @@ func expectIgnored(ctx context.Context, c *pgv1.PostgresCluster) {
 		g.Expect(apierrors.IsNotFound(err)).To(BeTrue(), "%s/%s has a StatefulSet", c.Namespace, c.Name)
 	}).WithTimeout(10 * time.Second).WithPolling(2 * time.Second).Should(Succeed())
 }
+
+// dumpOLMOnFailure records what OLM said when an OLM spec failed: every CSV and Subscription,
+// and the end of the logs of the pgpilot operators OLM runs and of the olm and catalog operators.
+func dumpOLMOnFailure(ctx context.Context) {
+	if !CurrentSpecReport().Failed() {
+		return
+	}
+	var lines []string
+	var csvs operatorsv1alpha1.ClusterServiceVersionList
+	if k8s.List(ctx, &csvs) == nil {
+		for _, c := range csvs.Items {
+			lines = append(lines, fmt.Sprintf("CSV %s/%s %s %s: %s", c.Namespace, c.Name, c.Status.Phase, c.Status.Reason, c.Status.Message))
+			if strings.HasPrefix(c.Name, packageName) && c.Status.Reason != operatorsv1alpha1.CSVReasonCopied {
+				AddReportEntry("operator log in "+c.Namespace, deploymentLogTail(ctx, c.Namespace, operatorDeployment, 60))
+			}
+		}
+	}
+	var subs operatorsv1alpha1.SubscriptionList
+	if k8s.List(ctx, &subs) == nil {
+		for _, s := range subs.Items {
+			lines = append(lines, fmt.Sprintf("Subscription %s/%s state=%s current=%s installed=%s",
+				s.Namespace, s.Name, s.Status.State, s.Status.CurrentCSV, s.Status.InstalledCSV))
+		}
+	}
+	AddReportEntry("OLM objects", strings.Join(lines, "\n"))
+	for _, deploy := range []string{"olm-operator", "catalog-operator"} {
+		AddReportEntry(deploy+" log", deploymentLogTail(ctx, olmNamespace, deploy, 60))
+	}
+}

@@ -22,27 +22,13 @@ import (
 // Every install mode the CSV claims: OLM installs the operator for the OperatorGroup's target
 // namespaces (WATCH_NAMESPACE), and the operator reconciles clusters there and nothing else.
 var _ = Describe("OLM install modes", Ordered, Label(olmLabel), func() {
-	AfterEach(dumpOnFailure)
-
-	It("are all claimed by the CSV", func(ctx SpecContext) {
-		ns := newOLMNamespace(ctx, "e2e-mode-claims")
-		subscribe(ctx, ns, []string{ns}, "", operatorsv1alpha1.ApprovalAutomatic)
-		csv := waitForCSV(ctx, ns, csvName(pgversion.Version))
-		supported := sets.New[operatorsv1alpha1.InstallModeType]()
-		for _, m := range csv.Spec.InstallModes {
-			if m.Supported {
-				supported.Insert(m.Type)
-			}
-		}
-		Expect(sets.List(supported)).To(ConsistOf(operatorsv1alpha1.InstallModeTypeOwnNamespace,
-			operatorsv1alpha1.InstallModeTypeSingleNamespace, operatorsv1alpha1.InstallModeTypeMultiNamespace,
-			operatorsv1alpha1.InstallModeTypeAllNamespaces))
-	})
+	AfterEach(dumpOLMOnFailure)
 
 	// installMode installs pgpilot in a namespace of its own for the targets pickTargets chooses
 	// (nil: AllNamespaces), expects a cluster in each namespace `reconciled` lists to become Ready
 	// and one in every namespace outside the targets to stay untouched.
-	installMode := func(ctx context.Context, mode string, pickTargets func(own string, others []string) []string, reconciled func(own string, others []string) []string) {
+	installMode := func(ctx context.Context, mode string, pickTargets func(own string, others []string) []string,
+		reconciled func(own string, others []string) []string) *operatorsv1alpha1.ClusterServiceVersion {
 		own := newOLMNamespace(ctx, "e2e-mode-op")
 		others := []string{newNamespace(ctx, "e2e-mode-a"), newNamespace(ctx, "e2e-mode-b")}
 		targets := pickTargets(own, others)
@@ -81,12 +67,22 @@ var _ = Describe("OLM install modes", Ordered, Label(olmLabel), func() {
 			By(fmt.Sprintf("%s/%s is outside the target namespaces and stays untouched", c.Namespace, c.Name))
 			expectIgnored(ctx, c)
 		}
+		return csv
 	}
 
-	It("OwnNamespace: reconciles the operator's namespace only", func(ctx SpecContext) {
-		installMode(ctx, "OwnNamespace",
+	It("OwnNamespace: reconciles the operator's namespace only; the CSV claims every mode", func(ctx SpecContext) {
+		csv := installMode(ctx, "OwnNamespace",
 			func(own string, _ []string) []string { return []string{own} },
 			func(own string, _ []string) []string { return []string{own} })
+		supported := sets.New[operatorsv1alpha1.InstallModeType]()
+		for _, m := range csv.Spec.InstallModes {
+			if m.Supported {
+				supported.Insert(m.Type)
+			}
+		}
+		Expect(sets.List(supported)).To(ConsistOf(operatorsv1alpha1.InstallModeTypeOwnNamespace,
+			operatorsv1alpha1.InstallModeTypeSingleNamespace, operatorsv1alpha1.InstallModeTypeMultiNamespace,
+			operatorsv1alpha1.InstallModeTypeAllNamespaces))
 	})
 
 	It("SingleNamespace: reconciles one other namespace only", func(ctx SpecContext) {

@@ -34,7 +34,7 @@ var _ = Describe("operator-sdk run bundle", Ordered, Label(olmLabel), func() {
 		tools = requireOLMTools()
 		ns = newOLMNamespace(ctx, "e2e-run-bundle")
 	})
-	AfterEach(dumpOnFailure)
+	AfterEach(dumpOLMOnFailure)
 
 	It("installs the 0.1.0 bundle image", func(ctx SpecContext) {
 		start := time.Now()
@@ -100,7 +100,7 @@ var _ = Describe("operator-sdk scorecard", Ordered, Label(olmLabel), func() {
 		binding.Name, binding.Namespace = "scorecard", ns
 		Expect(k8s.Create(ctx, binding)).To(Succeed())
 	})
-	AfterEach(dumpOnFailure)
+	AfterEach(dumpOLMOnFailure)
 
 	It("passes every test", func(ctx SpecContext) {
 		start := time.Now()

@@ -40,7 +40,7 @@ var _ = Describe("OLM install and upgrade from the catalog", Ordered, Label(olmL
 	BeforeAll(func(ctx SpecContext) {
 		ns = newOLMNamespace(ctx, "e2e-olm-upgrade")
 	})
-	AfterEach(dumpOnFailure)
+	AfterEach(dumpOLMOnFailure)
 
 	It("installs "+previous+" with a Subscription and a manually approved InstallPlan", func(ctx SpecContext) {
 		start := time.Now()
