@@ -30,11 +30,21 @@ var _ = Describe("OLM install and upgrade from the catalog", Ordered, Label(olmL
 	var ns string
 	var cluster *pgv1.PostgresCluster
 	jobs := 0
-	sql := func(ctx context.Context, statement string) string {
-		jobs++
-		logs, ok := psql(ctx, cluster, fmt.Sprintf("psql-%d", jobs), cluster.Name+"-rw", cluster.Name+"-superuser", "postgres", statement)
-		Expect(ok).To(BeTrue(), "psql failed:\n%s", logs)
+	// sqlAs runs an idempotent statement through <name>-rw, retried until psql gets through: a
+	// Service follows a restarted primary a moment after the cluster says Ready, as clients
+	// that reconnect see it.
+	sqlAs := func(ctx context.Context, secret, database, statement string) string {
+		var logs string
+		Eventually(func() bool {
+			jobs++
+			var ok bool
+			logs, ok = psql(ctx, cluster, fmt.Sprintf("psql-%d", jobs), cluster.Name+"-rw", secret, database, statement)
+			return ok
+		}).WithTimeout(2*time.Minute).WithPolling(2*time.Second).Should(BeTrue(), func() string { return "psql failed:\n" + logs })
 		return logs
+	}
+	sql := func(ctx context.Context, statement string) string {
+		return sqlAs(ctx, cluster.Name+"-superuser", "postgres", statement)
 	}
 
 	BeforeAll(func(ctx SpecContext) {
@@ -61,8 +71,8 @@ var _ = Describe("OLM install and upgrade from the catalog", Ordered, Label(olmL
 		Expect(k8s.Create(ctx, cluster)).To(Succeed())
 		waitForReady(ctx, cluster, 5*time.Minute)
 		AddReportEntry("PostgresCluster Ready under "+previous, time.Since(start).Round(time.Second).String())
-		sql(ctx, "CREATE TABLE kept (n int PRIMARY KEY, note text); "+
-			"INSERT INTO kept SELECT n, 'row ' || n FROM generate_series(1, 1000) n")
+		sql(ctx, "CREATE TABLE IF NOT EXISTS kept (n int PRIMARY KEY, note text); "+
+			"INSERT INTO kept SELECT n, 'row ' || n FROM generate_series(1, 1000) n ON CONFLICT DO NOTHING")
 		Expect(sql(ctx, "SELECT count(*) || ' rows, sum ' || sum(n) FROM kept")).To(ContainSubstring("1000 rows, sum 500500"))
 	})
 
@@ -115,10 +125,7 @@ var _ = Describe("OLM install and upgrade from the catalog", Ordered, Label(olmL
 
 	It("keeps every row, and serves the application user the new version creates", func(ctx SpecContext) {
 		Expect(sql(ctx, "SELECT count(*) || ' rows, sum ' || sum(n) FROM kept")).To(ContainSubstring("1000 rows, sum 500500"))
-		jobs++
-		logs, ok := psql(ctx, cluster, fmt.Sprintf("psql-%d", jobs), cluster.Name+"-rw", cluster.Name+"-app", "app", "SELECT 'app user ' || current_user")
-		Expect(ok).To(BeTrue(), "psql as the application user failed:\n%s", logs)
-		Expect(logs).To(ContainSubstring("app user app"))
+		Expect(sqlAs(ctx, cluster.Name+"-app", "app", "SELECT 'app user ' || current_user")).To(ContainSubstring("app user app"))
 	})
 
 	It("leaves PostgreSQL running once taken over: no further restarts", func(ctx SpecContext) {
