@@ -33,6 +33,9 @@ const (
 	packageName   = "pgpilot-operator"
 )
 
+// previousRelease is the catalog's earlier release, the one the specs upgrade from.
+const previousRelease = "0.1.0"
+
 func csvName(version string) string { return packageName + ".v" + version }
 
 // olmTools are what test/e2e/run.sh hands the OLM specs.

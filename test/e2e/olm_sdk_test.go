@@ -36,15 +36,15 @@ var _ = Describe("operator-sdk run bundle", Ordered, Label(olmLabel), func() {
 	})
 	AfterEach(dumpOLMOnFailure)
 
-	It("installs the 0.1.0 bundle image", func(ctx SpecContext) {
+	It("installs the "+previousRelease+" bundle image", func(ctx SpecContext) {
 		start := time.Now()
-		out, err := tools.operatorSDK(ctx, "run", "bundle", bundle("0.1.0"), "--namespace", ns,
+		out, err := tools.operatorSDK(ctx, "run", "bundle", bundle(previousRelease), "--namespace", ns,
 			"--index-image", tools.index, "--decompression-image", tools.busybox, "--timeout", "5m")
 		Expect(err).NotTo(HaveOccurred(), out)
-		Expect(out).To(ContainSubstring(`OLM has successfully installed \"pgpilot-operator.v0.1.0\"`))
-		waitForCSV(ctx, ns, csvName("0.1.0"))
+		Expect(out).To(ContainSubstring(`OLM has successfully installed \"pgpilot-operator.v` + previousRelease + `\"`))
+		waitForCSV(ctx, ns, csvName(previousRelease))
 		expectOperatorAvailable(ctx, ns)
-		AddReportEntry("operator-sdk run bundle (0.1.0)", time.Since(start).Round(time.Second).String())
+		AddReportEntry("operator-sdk run bundle ("+previousRelease+")", time.Since(start).Round(time.Second).String())
 		AddReportEntry("OLM after run bundle", installPlanSummary(ctx, ns))
 	})
 
@@ -57,9 +57,9 @@ var _ = Describe("operator-sdk run bundle", Ordered, Label(olmLabel), func() {
 		waitForCSV(ctx, ns, csvName(pgversion.Version))
 		expectOperatorAvailable(ctx, ns)
 		Eventually(func() bool {
-			err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: csvName("0.1.0")}, &operatorsv1alpha1.ClusterServiceVersion{})
+			err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: csvName(previousRelease)}, &operatorsv1alpha1.ClusterServiceVersion{})
 			return apierrors.IsNotFound(err)
-		}).Should(BeTrue(), "the 0.1.0 CSV was not replaced")
+		}).Should(BeTrue(), "the "+previousRelease+" CSV was not replaced")
 		AddReportEntry("operator-sdk run bundle-upgrade (to "+pgversion.Version+")", time.Since(start).Round(time.Second).String())
 	})
 

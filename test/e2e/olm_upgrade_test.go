@@ -26,7 +26,7 @@ import (
 // from git tag v0.1.0, whose instances run PostgreSQL directly), a database gets rows, and the
 // approved upgrade to this clone's version takes the cluster over with the rows intact.
 var _ = Describe("OLM install and upgrade from the catalog", Ordered, Label(olmLabel), func() {
-	const previous = "0.1.0"
+	const previous = previousRelease
 	var ns string
 	var cluster *pgv1.PostgresCluster
 	jobs := 0
@@ -162,7 +162,7 @@ type upgradeObservation struct {
 func observeUpgrade(ctx context.Context, ns string, cluster *pgv1.PostgresCluster) upgradeObservation {
 	var o upgradeObservation
 	csv := &operatorsv1alpha1.ClusterServiceVersion{}
-	err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: csvName("0.1.0")}, csv)
+	err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: csvName(previousRelease)}, csv)
 	o.oldCSVGone = apierrors.IsNotFound(err)
 	if err == nil {
 		o.oldCSV = csv.Status.Phase
@@ -193,6 +193,6 @@ func (o upgradeObservation) String() string {
 	if len(uid) > 8 {
 		uid = uid[:8]
 	}
-	return fmt.Sprintf("csv 0.1.0=%s %s=%s | cluster phase=%s Ready=%s/%s operatorVersion=%q | pod %s ready=%t",
-		old, pgversion.Version, o.newCSV, o.phase, o.ready, o.readyReason, o.operatorVersion, uid, o.podReady)
+	return fmt.Sprintf("csv %s=%s %s=%s | cluster phase=%s Ready=%s/%s operatorVersion=%q | pod %s ready=%t",
+		previousRelease, old, pgversion.Version, o.newCSV, o.phase, o.ready, o.readyReason, o.operatorVersion, uid, o.podReady)
 }

@@ -62,8 +62,7 @@ if [[ " $phases " == *" olm "* ]]; then
   echo "e2e: OLM and pgpilot's catalog ready in $((SECONDS - start))s"
   # shellcheck source=/dev/null
   source <("$LOCALCLUSTER" registry)
-  export E2E_REGISTRY=$REGISTRY_ADDR E2E_REGISTRY_CA=$REGISTRY_CA
-  export E2E_INDEX_IMAGE=$REGISTRY_ADDR/opm-index:$("$PWD/hack/toolchain.sh" opm | sed 's|.*/opm-||')
+  export E2E_REGISTRY=$REGISTRY_ADDR E2E_REGISTRY_CA=$REGISTRY_CA E2E_INDEX_IMAGE=$OPM_INDEX_IMAGE
   E2E_OPERATOR_SDK=$("$PWD/hack/toolchain.sh" operator-sdk)/operator-sdk
   export E2E_OPERATOR_SDK
   run_specs olm

@@ -12,6 +12,9 @@ PACKAGE=pgpilot-operator
 IMAGE_TAG_BASE=ghcr.io/pgpilot/pgpilot-operator
 CATALOG_BUNDLES=$REPO_ROOT/catalog/$PACKAGE/bundles
 
+# opm_index_ref REGISTRY: the empty index image's reference in REGISTRY (a name or an address).
+opm_index_ref() { echo "$1/opm-index:$(cached_version opm)"; }
+
 # cached_version TOOL: the pinned version of a hack/toolchain.sh tool, from its cache folder.
 cached_version() { local dir; dir=$(tool_dir "$1") && echo "${dir##*/"$1"-}"; }
 
@@ -38,40 +41,39 @@ opm_rootfs() {
   install -m 0755 "$(tool_dir opm)/opm" "$(tool_dir grpc-health-probe)/grpc_health_probe" "$1/bin/"
 }
 
-build_opm_image() {
-  local root
+# The label that marks an image as a file-based catalog and says where its configs are.
+FBC_CONFIGS_LABEL=operators.operatorframework.io.index.configs.v1=/configs
+
+# opm_image REF OUT PREPARE [UMOCI_CONFIG_FLAGS...]: an image of opm_rootfs running opm as 1001,
+# after PREPARE ROOT has added to its root filesystem.
+opm_image() {
+  local ref=$1 out=$2 prepare=$3 root
+  shift 3
   root=$(new_root)
   opm_rootfs "$root"
-  assemble_image "$1" "$root" "$2" --config.entrypoint /bin/opm --config.user 1001 --config.env PATH=/bin
+  "$prepare" "$root"
+  assemble_image "$ref" "$root" "$out" --config.entrypoint /bin/opm --config.user 1001 --config.env PATH=/bin "$@"
   rm -rf "$root"
 }
+
+build_opm_image() { opm_image "$1" "$2" true; }
 
 # An empty file-based catalog to add bundles to: operator-sdk run bundle's --index-image. (Its
 # default, quay.io/operator-framework/opm:latest, is taken for file-based only by name; any other
 # index without the configs label is taken for SQLite, which needs an opm built with cgo.)
-build_opm_index_image() {
-  local root
-  root=$(new_root)
-  opm_rootfs "$root"
-  mkdir -p "$root/configs"
-  assemble_image "$1" "$root" "$2" --config.entrypoint /bin/opm --config.user 1001 --config.env PATH=/bin \
-    --config.label operators.operatorframework.io.index.configs.v1=/configs
-  rm -rf "$root"
-}
+build_opm_index_image() { opm_image "$1" "$2" empty_configs --config.label "$FBC_CONFIGS_LABEL"; }
+empty_configs() { mkdir -p "$1/configs"; }
 
 # The catalog image as catalog.Dockerfile makes it: catalog/ at /configs with opm's serve cache
 # built ahead, served by `opm serve`.
 build_catalog_image() {
-  local root
-  root=$(new_root)
-  opm_rootfs "$root"
-  cp -r "$REPO_ROOT/catalog" "$root/configs"
-  "$(tool_dir opm)/opm" serve "$root/configs" --cache-dir="$root/tmp/cache" --cache-only >/dev/null
-  chown -R 1001:0 "$root/tmp/cache"
-  assemble_image "$1" "$root" "$2" --config.entrypoint /bin/opm --config.user 1001 --config.env PATH=/bin \
-    --config.cmd serve --config.cmd /configs --config.cmd --cache-dir=/tmp/cache \
-    --config.label operators.operatorframework.io.index.configs.v1=/configs
-  rm -rf "$root"
+  opm_image "$1" "$2" catalog_configs --config.label "$FBC_CONFIGS_LABEL" \
+    --config.cmd serve --config.cmd /configs --config.cmd --cache-dir=/tmp/cache
+}
+catalog_configs() {
+  cp -r "$REPO_ROOT/catalog" "$1/configs"
+  "$(tool_dir opm)/opm" serve "$1/configs" --cache-dir="$1/tmp/cache" --cache-only >/dev/null
+  chown -R 1001:0 "$1/tmp/cache"
 }
 
 # build_bundle_image REF OUT: the bundle folder BUNDLE_SRC as bundle.Dockerfile lays it out, with
@@ -125,19 +127,20 @@ build_release_binaries() {
 # RELEASE_REF[name]=upstream reference.
 declare -A RELEASE_REF
 build_olm_images() {
-  local olm_version opm_version sdk_version version entry tag
+  local olm_version opm_version opm_key sdk_version version entry tag
   olm_version=$(cached_version olm)
   opm_version=$(cached_version opm)
   sdk_version=$(cached_version operator-sdk)
-  cached_version grpc-health-probe >/dev/null
+  opm_key="$opm_version $(cat "$(tool_dir opm)/opm" "$(tool_dir grpc-health-probe)/grpc_health_probe" | sha256sum)"
   image olm olm "$olm_version $(cd "$(tool_dir olm)" && sha256sum ./*)" build_olm_image
   RELEASE_REF[olm]=quay.io/operator-framework/olm:$olm_version
-  image opm opm "$opm_version $(cd "$(tool_dir opm)" && sha256sum ./*)" build_opm_image
+  image opm opm "$opm_key" build_opm_image
   RELEASE_REF[opm]=quay.io/operator-framework/opm:$opm_version
-  image opm-index opm-index "$opm_version $(cd "$(tool_dir opm)" && sha256sum ./*)" build_opm_index_image
-  RELEASE_REF[opm-index]=$REGISTRY_HOST/opm-index:$opm_version
+  image opm-index opm-index "$opm_key" build_opm_index_image
+  RELEASE_REF[opm-index]=$(opm_index_ref "$REGISTRY_HOST")
   # operator-sdk run bundle-upgrade has no flag for the image of its registry pod's init
   # container (sh, cat, gzip -d) and always names UBI; busybox stands in for it under that name.
+  # shellcheck disable=SC2154 # IMAGE_REF and IMAGE_TAR are associative arrays (images.sh)
   IMAGE_REF[ubi-standin]=${IMAGE_REF[busybox]} IMAGE_TAR[ubi-standin]=${IMAGE_TAR[busybox]}
   RELEASE_REF[ubi-standin]=registry.access.redhat.com/ubi9/ubi:9.7
   image scorecard-test scorecard-test "$(sha256sum <"$(tool_dir operator-sdk)/scorecard-test")" build_scorecard_test_image
@@ -145,7 +148,7 @@ build_olm_images() {
   (cd "$REPO_ROOT" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" \
     -o "$STATE/build/pgpilot-scorecard-tests" ./test/scorecard)
   version=$(<"$REPO_ROOT/internal/version/VERSION")
-  image catalog pgpilot-operator-catalog "$opm_version $(hash_inputs "$REPO_ROOT/catalog")" build_catalog_image
+  image catalog pgpilot-operator-catalog "$opm_key $(hash_inputs "$REPO_ROOT/catalog")" build_catalog_image
   RELEASE_REF[catalog]=$IMAGE_TAG_BASE-catalog:v$version
   image pgpilot-scorecard pgpilot-operator-scorecard "$(sha256sum <"$STATE/build/pgpilot-scorecard-tests")" \
     build_pgpilot_scorecard_image
@@ -173,8 +176,14 @@ build_olm_images() {
 # publish NAME...: load the named images and tag them with their upstream references too, in
 # containerd and in the registry.
 publish() {
-  local name pids=() failed=0
-  load_images "$@"
+  local name pids=() failed=0 distinct=()
+  local -A seen=()
+  # Images published under a second name share a tarball; import each once.
+  for name in "$@"; do
+    [[ -n ${seen[${IMAGE_TAR[$name]}]:-} ]] || distinct+=("$name")
+    seen[${IMAGE_TAR[$name]}]=1
+  done
+  load_images "${distinct[@]}"
   for name in "$@"; do
     local ref=${RELEASE_REF[$name]}
     "${CTR[@]}" images tag --force "${IMAGE_REF[$name]}" "$ref" >/dev/null

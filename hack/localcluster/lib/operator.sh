@@ -88,16 +88,21 @@ spec:
   source: $CATALOG_SOURCE
   sourceNamespace: $OLM_NAMESPACE
 EOF
-  for _ in $(seq 150); do
-    csv=$(kubectl -n operators get subscription "$PACKAGE" -o jsonpath='{.status.installedCSV}')
-    [[ -n $csv ]] && break
-    sleep 2
-  done
+  if wait_until "the Subscription's CSV" 300 subscription_installed_csv; then
+    csv=$(subscription_installed_csv)
+  fi
   if [[ -z $csv ]] || ! kubectl -n operators wait --for=jsonpath='{.status.phase}'=Succeeded "csv/$csv" --timeout=300s >/dev/null; then
     kubectl -n operators get subscription,installplan,csv,pods -o wide >&2 || true
     die "the Subscription to $PACKAGE did not install a CSV that succeeds"
   fi
   log "$csv installed by OLM in $((SECONDS - start))s"
+}
+
+# subscription_installed_csv: the CSV pgpilot's Subscription installed; fails until there is one.
+subscription_installed_csv() {
+  local csv
+  csv=$(kubectl -n operators get subscription "$PACKAGE" -o jsonpath='{.status.installedCSV}') && [[ -n $csv ]] &&
+    echo "$csv"
 }
 
 demo() {
