@@ -198,7 +198,7 @@ func TestCatalogUpgradeGraph(t *testing.T) {
 			continue
 		}
 		wantVersion := strings.TrimPrefix(name, packageName+".v")
-		if bundleImage := makeVar(t, "IMAGE_TAG_BASE") + "-bundle:v" + wantVersion; b.Image != bundleImage || b.Package != packageName {
+		if bundleImage := strings.ReplaceAll(makeVar(t, "BUNDLE_IMAGE_TEMPLATE"), "{{.Version}}", wantVersion); b.Image != bundleImage || b.Package != packageName {
 			t.Errorf("bundle %s: image %q package %q, want %s in %s", name, b.Image, b.Package, bundleImage, packageName)
 		}
 		kinds := map[string]int{}
@@ -228,7 +228,7 @@ func TestCatalogUpgradeGraph(t *testing.T) {
 func TestCatalogHasTheBundle(t *testing.T) {
 	version := pgversion.Version
 	rendered := run(t, repoRoot, nil, opm(t), "render", "./bundle", "--alpha-image-ref-template",
-		makeVar(t, "IMAGE_TAG_BASE")+"-bundle:v{{.Version}}", "-o", "yaml")
+		makeVar(t, "BUNDLE_IMAGE_TEMPLATE"), "-o", "yaml")
 	file := repoPath("catalog", packageName, "bundles", packageName+".v"+version+".yaml")
 	committed, err := os.ReadFile(file)
 	if err != nil {

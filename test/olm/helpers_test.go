@@ -19,7 +19,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -147,18 +146,22 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// makeVar reads a `NAME ?= value` default from the Makefile.
+// makeVar reads a variable as the Makefile computes it (`make print-NAME`), so the tests and the
+// Makefile's targets agree on names such as BUNDLE_IMAGE_TEMPLATE.
 func makeVar(t *testing.T, name string) string {
 	t.Helper()
-	data, err := os.ReadFile(repoPath("Makefile"))
+	cmd := exec.Command("make", "--no-print-directory", "-s", "print-"+name)
+	cmd.Dir = repoRoot
+	cmd.Env = append(os.Environ(), "MAKEFLAGS=", "MAKELEVEL=")
+	out, err := cmd.Output()
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("make print-%s: %v", name, err)
 	}
-	m := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(name) + `\s*\?=\s*(.*)$`).FindSubmatch(data)
-	if m == nil {
-		t.Fatalf("Makefile has no %s ?= default", name)
+	value := strings.TrimSpace(string(out))
+	if value == "" {
+		t.Fatalf("the Makefile sets no %s", name)
 	}
-	return strings.TrimSpace(string(m[1]))
+	return value
 }
 
 // yamlDocs splits a YAML stream into its non-empty documents.
