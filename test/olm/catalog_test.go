@@ -239,26 +239,37 @@ func TestCatalogHasTheBundle(t *testing.T) {
 	}
 }
 
-// gitShow returns a file as committed at rev.
-func gitShow(t *testing.T, rev, path string) []byte {
+// releaseHistory fetches an earlier release's tag from its git bundle (hack/releases), which
+// every clone carries, even one without tags or history, into a scratch repository.
+func releaseHistory(t *testing.T, tag string) (gitDir string) {
 	t.Helper()
-	out, err := runErr(repoRoot, nil, "git", "show", rev+":"+path)
-	if err != nil {
-		t.Fatalf("%v\n(the 0.1.0 checks need the history of v0.1.0: a full clone, not a shallow one)", err)
-	}
-	return out
+	gitDir = filepath.Join(t.TempDir(), "release.git")
+	run(t, repoRoot, nil, "git", "init", "--quiet", "--bare", gitDir)
+	run(t, repoRoot, nil, "git", "-C", gitDir, "fetch", "--quiet",
+		repoPath("hack", "releases", tag+".gitbundle"), "refs/tags/"+tag+":refs/tags/"+tag)
+	return gitDir
 }
 
-// v010Commit is the commit tagged v0.1.0, for clones without tags.
+// gitShow returns a file as committed at rev.
+func gitShow(t *testing.T, gitDir, rev, path string) []byte {
+	t.Helper()
+	return run(t, repoRoot, nil, "git", "-C", gitDir, "show", rev+":"+path)
+}
+
+// v010Commit is the commit tagged v0.1.0, which the catalog's 0.1.0 entry was rendered from.
 const v010Commit = "d8313d8c820b8be9c265727965b74767d4b8e8e9"
 
 // The 0.1.0 entry is a real build of the v0.1.0 tag: that commit's CRD, RBAC and manager.
 func TestCatalogV010IsTheTaggedRelease(t *testing.T) {
 	tag := "v0.1.0"
-	if out, err := runErr(repoRoot, nil, "git", "rev-parse", "--verify", "-q", tag+"^{commit}"); err != nil {
-		tag = v010Commit
-	} else if got := strings.TrimSpace(string(out)); got != v010Commit {
-		t.Errorf("tag v0.1.0 is %s, the catalog's 0.1.0 was built from %s", got, v010Commit)
+	history := releaseHistory(t, tag)
+	if got := strings.TrimSpace(string(run(t, repoRoot, nil, "git", "-C", history, "rev-parse", tag+"^{commit}"))); got != v010Commit {
+		t.Errorf("hack/releases/%s.gitbundle holds %s, the catalog's 0.1.0 was rendered from %s", tag, got, v010Commit)
+	}
+	if out, err := runErr(repoRoot, nil, "git", "rev-parse", "--verify", "-q", tag+"^{commit}"); err == nil {
+		if got := strings.TrimSpace(string(out)); got != v010Commit {
+			t.Errorf("this clone's tag %s is %s, the catalog's 0.1.0 was rendered from %s", tag, got, v010Commit)
+		}
 	}
 	b, ok := loadCatalog(t).bundles[packageName+".v0.1.0"]
 	if !ok {
@@ -268,7 +279,7 @@ func TestCatalogV010IsTheTaggedRelease(t *testing.T) {
 	csv := csvOf(t, objs)
 
 	var tagCRD map[string]any
-	if err := yaml.Unmarshal(gitShow(t, tag, "config/crd/bases/postgres.pgpilot.io_postgresclusters.yaml"), &tagCRD); err != nil {
+	if err := yaml.Unmarshal(gitShow(t, history, tag, "config/crd/bases/postgres.pgpilot.io_postgresclusters.yaml"), &tagCRD); err != nil {
 		t.Fatal(err)
 	}
 	for _, obj := range objs {
@@ -283,7 +294,7 @@ func TestCatalogV010IsTheTaggedRelease(t *testing.T) {
 	}
 
 	var tagRole rbacv1.ClusterRole
-	if err := yaml.Unmarshal(gitShow(t, tag, "config/rbac/role.yaml"), &tagRole); err != nil {
+	if err := yaml.Unmarshal(gitShow(t, history, tag, "config/rbac/role.yaml"), &tagRole); err != nil {
 		t.Fatal(err)
 	}
 	strategy := csv.Spec.InstallStrategy.StrategySpec
@@ -305,7 +316,7 @@ func TestCatalogV010IsTheTaggedRelease(t *testing.T) {
 			} `json:"template"`
 		} `json:"spec"`
 	}
-	docs := yamlDocs(t, gitShow(t, tag, "config/manager/manager.yaml"))
+	docs := yamlDocs(t, gitShow(t, history, tag, "config/manager/manager.yaml"))
 	if err := yaml.Unmarshal(docs[len(docs)-1], &tagManager); err != nil {
 		t.Fatal(err)
 	}
