@@ -312,7 +312,8 @@ catalog: opm ## Render bundle/ into the file-based catalog (catalog/) and valida
 # and its entry was rendered with `make catalog-render-release RELEASE=v0.1.0`. (Its manager
 # already read WATCH_NAMESPACE; `generate bundle` sets it from olm.targetNamespaces, so it
 # supports the same install modes.) The base's descriptors must fit that tag's CRD: test/olm
-# runs pgpilot's scorecard checks on every bundle of the catalog.
+# runs pgpilot's scorecard checks on every bundle of the catalog. The tag's history is kept in
+# hack/releases/RELEASE.gitbundle, from which the local cluster builds that release's operator.
 RELEASE ?=
 .PHONY: catalog-render-release
 catalog-render-release: kustomize operator-sdk opm ## Render the bundle of git tag RELEASE (e.g. v0.1.0) into the catalog.
@@ -331,6 +332,7 @@ catalog-render-release: kustomize operator-sdk opm ## Render the bundle of git t
 	$(OPERATOR_SDK) bundle validate ./bundle --select-optional name=good-practices); \
 	$(OPM) render "$$src/bundle" --alpha-image-ref-template '$(BUNDLE_IMAGE_TEMPLATE)' -o yaml \
 		> $(CATALOG_DIR)/bundles/pgpilot-operator.$(RELEASE).yaml
+	git bundle create hack/releases/$(RELEASE).gitbundle refs/tags/$(RELEASE)
 	$(OPM) validate catalog
 
 # The image tag given to the resulting catalog image (e.g. make catalog-build CATALOG_IMG=example.com/operator-catalog:v0.2.0).

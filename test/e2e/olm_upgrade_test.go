@@ -23,7 +23,7 @@ import (
 )
 
 // From the catalog, the OperatorHub way: a Subscription installs 0.1.0 (a real earlier build,
-// from git tag v0.1.0, whose instances run PostgreSQL directly), a database gets rows, and the
+// from tag v0.1.0 in hack/releases, whose instances run PostgreSQL directly), a database gets rows, and the
 // approved upgrade to this clone's version takes the cluster over with the rows intact.
 var _ = Describe("OLM install and upgrade from the catalog", Ordered, Label(olmLabel), func() {
 	const previous = previousRelease
