@@ -64,6 +64,7 @@ func main() {
 	var metricsAddr, metricsCertPath, metricsCertName, metricsCertKey string
 	var enableLeaderElection bool
 	var leaderElectionNamespace string
+	var leaseDuration, renewDeadline, retryPeriod time.Duration
 	var probeAddr string
 	var secureMetrics bool
 	var enableHTTP2 bool
@@ -79,6 +80,18 @@ func main() {
 	flag.StringVar(&leaderElectionNamespace, "leader-election-namespace", "",
 		"Namespace of the leader election Lease. Empty means the namespace the manager runs in, "+
 			"which can only be detected in a cluster: set it when running the manager outside one.")
+	// The leader renews its Lease with a PUT every retry period: at client-go's 2 s, that is all
+	// of an idle operator's writes. The operator is not in PostgreSQL's data path, so a minute
+	// for a restarted or standby manager to take over from a crashed leader costs little; a
+	// graceful exit releases the Lease, and a standby takes it at its next retry. client-go
+	// refuses timings where the lease duration does not exceed the renew deadline, or the
+	// deadline does not exceed 1.2 retry periods.
+	flag.DurationVar(&leaseDuration, "leader-elect-lease-duration", 60*time.Second,
+		"How long a standby waits, from the leader's last renewal, before taking the Lease over.")
+	flag.DurationVar(&renewDeadline, "leader-elect-renew-deadline", 40*time.Second,
+		"How long the leader keeps retrying a failed renewal before it gives up leading and exits.")
+	flag.DurationVar(&retryPeriod, "leader-elect-retry-period", 5*time.Second,
+		"How often the leader renews the Lease, and a standby tries to acquire it.")
 	flag.BoolVar(&secureMetrics, "metrics-secure", true,
 		"If set, the metrics endpoint is served securely via HTTPS. Use --metrics-secure=false to use HTTP instead.")
 	flag.StringVar(&metricsCertPath, "metrics-cert-path", "",
@@ -160,6 +173,9 @@ func main() {
 		LeaderElection:          enableLeaderElection,
 		LeaderElectionID:        "pgpilot-operator.pgpilot.io",
 		LeaderElectionNamespace: leaderElectionNamespace,
+		LeaseDuration:           &leaseDuration,
+		RenewDeadline:           &renewDeadline,
+		RetryPeriod:             &retryPeriod,
 		// The process exits as soon as the manager stops, so releasing the lease on the way out
 		// is safe, and lets a standby take over without waiting for the lease to expire.
 		LeaderElectionReleaseOnCancel: true,

@@ -11,6 +11,7 @@ import (
 type budgets struct {
 	IdleWritesPerMinuteBeyondLeaderElection float64 `json:"idleWritesPerMinuteBeyondLeaderElection"`
 	IdleUncachedReadsPerMinute              float64 `json:"idleUncachedReadsPerMinute"`
+	IdleLeaderElectionRequestsPerMinute     float64 `json:"idleLeaderElectionRequestsPerMinute"`
 	RestartWrites                           int     `json:"restartWrites"`
 	RestartEvents                           int     `json:"restartEvents"`
 	CacheGrowthMiB                          float64 `json:"cacheGrowthMiB"`
@@ -37,6 +38,7 @@ func (b budgets) violations(r *report) []string {
 	}
 	check("idle writes/min beyond leader election", r.Idle.WritesPerMinute, b.IdleWritesPerMinuteBeyondLeaderElection)
 	check("idle uncached reads/min", r.Idle.ReadsPerMinute, b.IdleUncachedReadsPerMinute)
+	check("idle leader election requests/min", r.Idle.LeaderElectionRequestsPerMin, b.IdleLeaderElectionRequestsPerMinute)
 	check("writes after a restart", float64(r.Restart.Writes), float64(b.RestartWrites))
 	check("events after a restart", float64(r.Restart.Events), float64(b.RestartEvents))
 	check("idle events", float64(r.Idle.Requests.Events), 0)
