@@ -9,7 +9,6 @@
 OLM_NAMESPACE=olm
 CATALOG_SOURCE=pgpilot-operators
 PACKAGE=pgpilot-operator
-IMAGE_TAG_BASE=ghcr.io/pgpilot/pgpilot-operator
 CATALOG_BUNDLES=$REPO_ROOT/catalog/$PACKAGE/bundles
 
 # opm_index_ref REGISTRY: the empty index image's reference in REGISTRY (a name or an address).
@@ -17,6 +16,13 @@ opm_index_ref() { echo "$1/opm-index:$(cached_version opm)"; }
 
 # cached_version TOOL: the pinned version of a hack/toolchain.sh tool, from its cache folder.
 cached_version() { local dir; dir=$(tool_dir "$1") && echo "${dir##*/"$1"-}"; }
+
+# make_vars NAME...: the Makefile's variables (make print-NAME), one a line; the image names of a
+# release are defined there once.
+make_vars() { make -s --no-print-directory -C "$REPO_ROOT" "${@/#/print-}"; }
+
+# csv_container_image BUNDLE_DIR: the operator image the bundle's CSV deploys.
+csv_container_image() { sed -n 's/^ *containerImage: //p' "$1"/manifests/*.clusterserviceversion.yaml; }
 
 olm_module_dir() {
   (cd "$REPO_ROOT/hack/toolchain/olm" &&
@@ -135,6 +141,7 @@ build_release_binaries() {
 declare -A RELEASE_REF
 build_olm_images() {
   local olm_version opm_version opm_key sdk_version version entry tag
+  local -a made
   olm_version=$(cached_version olm)
   opm_version=$(cached_version opm)
   sdk_version=$(cached_version operator-sdk)
@@ -155,15 +162,18 @@ build_olm_images() {
   (cd "$REPO_ROOT" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" \
     -o "$STATE/build/pgpilot-scorecard-tests" ./test/scorecard)
   version=$(<"$REPO_ROOT/internal/version/VERSION")
+  mapfile -t made < <(make_vars CATALOG_IMG SCORECARD_IMG IMG)
+  ((${#made[@]} == 3)) || die "make print-CATALOG_IMG print-SCORECARD_IMG print-IMG failed"
   image catalog pgpilot-operator-catalog "$opm_key $(hash_inputs "$REPO_ROOT/catalog")" build_catalog_image
-  RELEASE_REF[catalog]=$IMAGE_TAG_BASE-catalog:v$version
+  RELEASE_REF[catalog]=${made[0]}
   image pgpilot-scorecard pgpilot-operator-scorecard "$(sha256sum <"$STATE/build/pgpilot-scorecard-tests")" \
     build_pgpilot_scorecard_image
-  RELEASE_REF[pgpilot-scorecard]=$IMAGE_TAG_BASE-scorecard:v$version
-  RELEASE_REF[operator]=$IMAGE_TAG_BASE:v$version
+  RELEASE_REF[pgpilot-scorecard]=${made[1]}
+  RELEASE_REF[operator]=${made[2]}
   RELEASE_REF[postgres]=docker.io/library/postgres:15
-  # A bundle image per catalog entry: this clone's bundle/ for its own version, the catalog's
-  # copy (hack/olm/bundle-dir) for every earlier release, whose operator is built from its tag.
+  # A bundle image per catalog entry, under the image the entry names: this clone's bundle/ for
+  # its own version, the catalog's copy (hack/olm/bundle-dir) for every earlier release, whose
+  # operator is built from its tag and published as its CSV names it.
   for entry in "$CATALOG_BUNDLES"/*.yaml; do
     tag=$(basename "$entry" .yaml) && tag=${tag#"$PACKAGE".}
     if [[ $tag == "v$version" ]]; then
@@ -173,10 +183,10 @@ build_olm_images() {
       rm -rf "$BUNDLE_SRC"
       (cd "$REPO_ROOT" && go run ./hack/olm/bundle-dir "$entry" "$BUNDLE_SRC")
       build_release_operator "$tag"
-      RELEASE_REF[operator-$tag]=$IMAGE_TAG_BASE:$tag
+      RELEASE_REF[operator-$tag]=$(csv_container_image "$BUNDLE_SRC")
     fi
     image "bundle-$tag" pgpilot-operator-bundle "$(hash_inputs "$BUNDLE_SRC")" build_bundle_image
-    RELEASE_REF[bundle-$tag]=$IMAGE_TAG_BASE-bundle:$tag
+    RELEASE_REF[bundle-$tag]=$(sed -n 's/^image: //p' "$entry")
   done
 }
 
