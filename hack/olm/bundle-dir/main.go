@@ -26,17 +26,20 @@ import (
 
 // meta is the part of a catalog document (olm.package, olm.channel, olm.bundle) used here.
 type meta struct {
-	Schema         string `json:"schema"`
-	Name           string `json:"name"`
-	Package        string `json:"package"`
-	DefaultChannel string `json:"defaultChannel"`
-	Entries        []struct {
-		Name string `json:"name"`
-	} `json:"entries"`
-	Properties []struct {
+	Schema         string         `json:"schema"`
+	Name           string         `json:"name"`
+	Package        string         `json:"package"`
+	DefaultChannel string         `json:"defaultChannel"`
+	Entries        []channelEntry `json:"entries"`
+	Properties     []struct {
 		Type  string          `json:"type"`
 		Value json.RawMessage `json:"value"`
 	} `json:"properties"`
+}
+
+// channelEntry is one bundle an olm.channel lists.
+type channelEntry struct {
+	Name string `json:"name"`
 }
 
 func main() {
@@ -166,11 +169,7 @@ func writeAnnotations(bundle *meta, docs []meta, dir string) error {
 		case d.Schema == "olm.package" && d.Name == bundle.Package:
 			defaultChannel = d.DefaultChannel
 		case d.Schema == "olm.channel" && d.Package == bundle.Package &&
-			slices.ContainsFunc(d.Entries, func(e struct {
-				Name string `json:"name"`
-			}) bool {
-				return e.Name == bundle.Name
-			}):
+			slices.Contains(d.Entries, channelEntry{Name: bundle.Name}):
 			channels = append(channels, d.Name)
 		}
 	}
