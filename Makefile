@@ -105,7 +105,7 @@ vet: ## Run go vet against code.
 	go vet ./...
 
 .PHONY: test
-test: manifests generate fmt vet envtest operator-sdk opm ## Run every test: unit, envtest suites, packaging checks, the benchmark budgets, then the e2e specs on the local cluster.
+test: manifests generate fmt vet lint-shell envtest operator-sdk opm ## Run every test: shellcheck, unit, envtest suites, packaging checks, the benchmark budgets, then the e2e specs on the local cluster.
 	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" go test $(GO_TEST_FLAGS) ./... -coverprofile cover.out
 	$(MAKE) test-e2e
 
@@ -124,6 +124,21 @@ lint: golangci-lint ## Run golangci-lint linter
 .PHONY: lint-fix
 lint-fix: golangci-lint ## Run golangci-lint linter and perform fixes
 	$(GOLANGCI_LINT) run --fix
+
+# lint-shell runs shellcheck over the shell scripts of SHELLCHECK_DIRS: every *.sh and every file
+# whose first line is a sh or bash shebang (.ci/run, hack/localcluster/localcluster...). -x with
+# the script's own folder as source path follows the libraries they source (# shellcheck
+# source=... directives). shellcheck is Debian's package, which .ci/run installs when missing.
+SHELLCHECK ?= shellcheck
+SHELLCHECK_DIRS ?= hack .ci
+.PHONY: lint-shell
+lint-shell: ## Run shellcheck on the shell scripts of hack/ and .ci/.
+	@command -v $(SHELLCHECK) >/dev/null 2>&1 || { echo "lint-shell: $(SHELLCHECK) not found; install it with: apt-get install -y --no-install-recommends shellcheck" >&2; exit 1; }
+	@mapfile -t scripts < <({ find $(SHELLCHECK_DIRS) -type f -name '*.sh'; \
+		find $(SHELLCHECK_DIRS) -type f ! -name '*.sh' -exec awk 'FNR == 1 && /^#!.*[\/ ](ba|da|k)?sh([ \t]|$$)/ {print FILENAME} {nextfile}' {} +; } | LC_ALL=C sort); \
+	(($${#scripts[@]} > 0)) || { echo "lint-shell: no shell scripts found in $(SHELLCHECK_DIRS)" >&2; exit 1; }; \
+	echo "lint-shell: shellcheck $$($(SHELLCHECK) --version | sed -n 's/^version: //p') on $${#scripts[@]} scripts in $(SHELLCHECK_DIRS)"; \
+	$(SHELLCHECK) -x --source-path=SCRIPTDIR "$${scripts[@]}"
 
 .PHONY: lint-config
 lint-config: golangci-lint ## Verify golangci-lint linter configuration

@@ -2,6 +2,8 @@
 # and prints the folder. A build goes to a temporary folder first, so an interrupted one is
 # never taken for a finished one. Shared by hack/toolchain.sh and hack/localcluster; the caller
 # defines CACHE_ROOT and log.
+# shellcheck shell=bash
+
 build_once() {
   local name=$1 key=$2 fn=$3
   local out="$CACHE_ROOT/$name-$key"

@@ -28,12 +28,11 @@ stop_containers() {
 
 # kill_leftovers: anything of the cluster still running (shims, orphaned container processes).
 kill_leftovers() {
-  local i pids
+  local i pids=()
   for ((i = 0; i < 10; i++)); do
-    pids=$(cluster_processes | awk -v self=$$ '$1 != self {print $1}')
-    [[ -z $pids ]] && return 0
-    # shellcheck disable=SC2086 # a list of PIDs
-    kill -9 $pids 2>/dev/null || true
+    mapfile -t pids < <(cluster_processes | awk -v self=$$ '$1 != self {print $1}')
+    ((${#pids[@]} == 0)) && return 0
+    kill -9 "${pids[@]}" 2>/dev/null || true
     sleep 0.3
   done
   log "processes survive SIGKILL: $(cluster_processes | tr '\n' ' ')"

@@ -154,7 +154,7 @@ build_olm_images() {
   RELEASE_REF[opm-index]=$(opm_index_ref "$REGISTRY_HOST")
   # operator-sdk run bundle-upgrade has no flag for the image of its registry pod's init
   # container (sh, cat, gzip -d) and always names UBI; busybox stands in for it under that name.
-  # shellcheck disable=SC2154 # IMAGE_REF and IMAGE_TAR are associative arrays (images.sh)
+  # shellcheck disable=SC2154 # ubi-standin is a key, not ubi minus standin: images.sh declares -A both arrays
   IMAGE_REF[ubi-standin]=${IMAGE_REF[busybox]} IMAGE_TAR[ubi-standin]=${IMAGE_TAR[busybox]}
   RELEASE_REF[ubi-standin]=registry.access.redhat.com/ubi9/ubi:9.7
   image scorecard-test scorecard-test "$(sha256sum <"$(tool_dir operator-sdk)/scorecard-test")" build_scorecard_test_image

@@ -70,9 +70,11 @@ init_database_dir() {
   if [[ -n ${POSTGRES_INITDB_WALDIR:-} ]]; then
     set -- --waldir "$POSTGRES_INITDB_WALDIR" "$@"
   fi
-  # shellcheck disable=SC2086 # POSTGRES_INITDB_ARGS is a list of words, as in the official image
+  # POSTGRES_INITDB_ARGS is a list of words, as in the official image: split on blanks (no globbing).
+  local initdb_args=()
+  read -r -d '' -a initdb_args <<<"$POSTGRES_INITDB_ARGS" || :
   initdb --username="$POSTGRES_USER" --pwfile=<(printf '%s\n' "$POSTGRES_PASSWORD") \
-    $POSTGRES_INITDB_ARGS "$@"
+    "${initdb_args[@]}" "$@"
 }
 
 # setup_hba_conf ARGS: allow password logins from anywhere, with the server's own encryption.
@@ -99,13 +101,12 @@ temp_server_start() {
 temp_server_stop() { PGUSER="${PGUSER:-postgres}" pg_ctl -D "$PGDATA" -m fast -w stop; }
 
 # POSTGRES_DB='' for the runner, the real name as the psql variable, as in the official image.
-# shellcheck disable=SC2097,SC2098
 setup_db() {
-  local exists
-  exists=$(POSTGRES_DB='' process_sql --dbname postgres --set db="$POSTGRES_DB" --tuples-only \
+  local db=$POSTGRES_DB exists
+  exists=$(POSTGRES_DB='' process_sql --dbname postgres --set db="$db" --tuples-only \
     <<<"SELECT 1 FROM pg_database WHERE datname = :'db';")
   if [[ -z ${exists// /} ]]; then
-    POSTGRES_DB='' process_sql --dbname postgres --set db="$POSTGRES_DB" <<<'CREATE DATABASE :"db";'
+    POSTGRES_DB='' process_sql --dbname postgres --set db="$db" <<<'CREATE DATABASE :"db";'
   fi
 }
 
