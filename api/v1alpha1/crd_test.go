@@ -3,11 +3,12 @@ package v1alpha1_test
 import (
 	"os"
 	"path/filepath"
-	"sort"
 	"testing"
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"sigs.k8s.io/yaml"
+
+	"github.com/pgpilot/pgpilot-operator/internal/crdschema"
 )
 
 // Every field of the generated CRD carries a description, so `kubectl explain` documents it.
@@ -26,37 +27,14 @@ func TestEveryCRDFieldIsDocumented(t *testing.T) {
 			t.Fatalf("%s: %v", file, err)
 		}
 		for _, version := range crd.Spec.Versions {
-			var undocumented []string
-			collectUndocumented(version.Schema.OpenAPIV3Schema.Properties, crd.Spec.Names.Kind, &undocumented)
-			sort.Strings(undocumented)
-			for _, path := range undocumented {
+			if version.Schema == nil || version.Schema.OpenAPIV3Schema == nil {
+				t.Errorf("%s %s has no schema", crd.Name, version.Name)
+				continue
+			}
+			missing, _ := crdschema.Undocumented(crd.Spec.Names.Kind, version.Schema.OpenAPIV3Schema)
+			for _, path := range missing {
 				t.Errorf("%s %s: %s has no description", crd.Name, version.Name, path)
 			}
 		}
 	}
-}
-
-func collectUndocumented(props map[string]apiextensionsv1.JSONSchemaProps, path string, out *[]string) {
-	for name, prop := range props {
-		field := path + "." + name
-		if prop.Description == "" && !documentedByKubernetes(field) {
-			*out = append(*out, field)
-		}
-		collectUndocumented(prop.Properties, field, out)
-		if prop.Items != nil && prop.Items.Schema != nil {
-			collectUndocumented(prop.Items.Schema.Properties, field+"[]", out)
-		}
-		if prop.AdditionalProperties != nil && prop.AdditionalProperties.Schema != nil {
-			collectUndocumented(prop.AdditionalProperties.Schema.Properties, field+"{}", out)
-		}
-	}
-}
-
-// documentedByKubernetes: kubectl explain takes these from the API server's own types.
-func documentedByKubernetes(field string) bool {
-	switch field {
-	case "PostgresCluster.apiVersion", "PostgresCluster.kind", "PostgresCluster.metadata":
-		return true
-	}
-	return false
 }
