@@ -9,12 +9,13 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"slices"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
+
+	"github.com/pgpilot/pgpilot-operator/internal/jsonsubset"
 )
 
 // HashAnnotation records a hash of the configuration pgpilot last applied. Removing a field
@@ -91,82 +92,24 @@ func Difference(desired any, live client.Object, hash string) (string, error) {
 	if got := live.GetAnnotations()[HashAnnotation]; got != hash {
 		return fmt.Sprintf("applied hash %q != %q", got, hash), nil
 	}
-	d, err := toJSONValue(desired)
+	d, err := jsonsubset.Normalize(desired)
 	if err != nil {
-		return "", err
+		return "", fmt.Errorf("desired %s: %w", live.GetName(), err)
 	}
 	// Objects read from the cache may carry no type information; the kind is known anyway.
 	if m, ok := d.(map[string]any); ok {
 		delete(m, "kind")
 		delete(m, "apiVersion")
 	}
-	l, err := toJSONValue(live)
+	l, err := jsonsubset.Normalize(live)
 	if err != nil {
-		return "", err
+		return "", fmt.Errorf("live %s: %w", live.GetName(), err)
 	}
-	return FirstDifference(d, l), nil
-}
-
-// IsSubset reports whether every field set in want has the same value in have. Lists must have
-// the same length and match element by element; server-side defaults in have are ignored.
-func IsSubset(want, have any) bool {
-	return FirstDifference(want, have) == ""
-}
-
-// FirstDifference is the path of the first field set in want that have lacks or holds with
-// another value, or "" when want is a subset of have. It tells the log why pgpilot writes.
-func FirstDifference(want, have any) string {
-	return firstDifference(want, have, "")
-}
-
-func firstDifference(want, have any, path string) string {
-	switch w := want.(type) {
-	case map[string]any:
-		h, ok := have.(map[string]any)
-		if !ok {
-			return path + " (not an object)"
-		}
-		keys := make([]string, 0, len(w))
-		for k := range w {
-			keys = append(keys, k)
-		}
-		slices.Sort(keys)
-		for _, k := range keys {
-			hv, ok := h[k]
-			if !ok {
-				return path + "." + k + " (missing)"
-			}
-			if d := firstDifference(w[k], hv, path+"."+k); d != "" {
-				return d
-			}
-		}
-		return ""
-	case []any:
-		h, ok := have.([]any)
-		if !ok || len(h) != len(w) {
-			return path + " (length)"
-		}
-		for i := range w {
-			if d := firstDifference(w[i], h[i], fmt.Sprintf("%s[%d]", path, i)); d != "" {
-				return d
-			}
-		}
-		return ""
-	default:
-		if want != have {
-			return fmt.Sprintf("%s (%v != %v)", path, want, have)
-		}
-		return ""
+	// Server-side defaults and other managers' fields in live are no reason to write.
+	if diff, found := jsonsubset.First(d, l, ""); found {
+		return diff.String(), nil
 	}
-}
-
-func toJSONValue(v any) (any, error) {
-	data, err := json.Marshal(v)
-	if err != nil {
-		return nil, err
-	}
-	var out any
-	return out, json.Unmarshal(data, &out)
+	return "", nil
 }
 
 func deref(s *string) string {

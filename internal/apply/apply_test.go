@@ -16,56 +16,6 @@ import (
 	"github.com/pgpilot/pgpilot-operator/internal/builder"
 )
 
-// fromJSON decodes a JSON document the way UpToDate sees objects: maps, slices, float64s.
-func fromJSON(t *testing.T, doc string) any {
-	t.Helper()
-	var v any
-	if err := json.Unmarshal([]byte(doc), &v); err != nil {
-		t.Fatalf("decode %s: %v", doc, err)
-	}
-	return v
-}
-
-func TestIsSubset(t *testing.T) {
-	tests := []struct {
-		name string
-		want string
-		have string
-		ok   bool
-	}{
-		{name: "equal maps", want: `{"a":"x","b":1}`, have: `{"a":"x","b":1}`, ok: true},
-		{name: "extra keys in have are ignored", want: `{"a":"x"}`, have: `{"a":"x","defaulted":true}`, ok: true},
-		{name: "empty want matches anything", want: `{}`, have: `{"a":1}`, ok: true},
-		{name: "missing key", want: `{"a":"x","b":"y"}`, have: `{"a":"x"}`, ok: false},
-		{name: "different scalar value", want: `{"a":"x"}`, have: `{"a":"z"}`, ok: false},
-		{name: "nested maps with defaults", want: `{"spec":{"replicas":3}}`, have: `{"spec":{"replicas":3,"revisionHistoryLimit":10}}`, ok: true},
-		{name: "nested map value differs", want: `{"spec":{"replicas":3}}`, have: `{"spec":{"replicas":1}}`, ok: false},
-		{name: "map where have has a scalar", want: `{"spec":{"replicas":3}}`, have: `{"spec":"x"}`, ok: false},
-		{name: "map where have is null", want: `{"spec":{}}`, have: `{"spec":null}`, ok: false},
-		{name: "lists of equal length and elements", want: `{"l":[1,"a",true]}`, have: `{"l":[1,"a",true]}`, ok: true},
-		{name: "list elements are subsets", want: `{"l":[{"name":"a"}]}`, have: `{"l":[{"name":"a","default":1}]}`, ok: true},
-		{name: "list longer in have", want: `{"l":[1]}`, have: `{"l":[1,2]}`, ok: false},
-		{name: "list shorter in have", want: `{"l":[1,2]}`, have: `{"l":[1]}`, ok: false},
-		{name: "list element mismatch", want: `{"l":[1,2]}`, have: `{"l":[1,3]}`, ok: false},
-		{name: "list order matters", want: `{"l":[1,2]}`, have: `{"l":[2,1]}`, ok: false},
-		{name: "list where have has a map", want: `{"l":[1]}`, have: `{"l":{"0":1}}`, ok: false},
-		{name: "numbers equal as float64", want: `5432`, have: `5432.0`, ok: true},
-		{name: "numbers differ", want: `5432`, have: `5433`, ok: false},
-		{name: "number vs string", want: `1`, have: `"1"`, ok: false},
-		{name: "equal strings", want: `"a"`, have: `"a"`, ok: true},
-		{name: "booleans differ", want: `false`, have: `true`, ok: false},
-		{name: "null matches null", want: `null`, have: `null`, ok: true},
-		{name: "null vs value", want: `null`, have: `0`, ok: false},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			if got := IsSubset(fromJSON(t, tt.want), fromJSON(t, tt.have)); got != tt.ok {
-				t.Errorf("IsSubset(%s, %s) = %v, want %v", tt.want, tt.have, got, tt.ok)
-			}
-		})
-	}
-}
-
 func desiredConfigMap() *corev1ac.ConfigMapApplyConfiguration {
 	return corev1ac.ConfigMap("cm", "ns").
 		WithLabels(map[string]string{"app": "db"}).

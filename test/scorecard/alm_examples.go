@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"reflect"
 	"sort"
 	"strings"
 
@@ -17,6 +16,8 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/pgpilot/pgpilot-operator/internal/jsonsubset"
 )
 
 // checkALMExamplesAccepted creates every alm-examples object with a server-side dry run: the
@@ -85,8 +86,8 @@ func checkExample(ctx context.Context, b *bundle, client dynamic.Interface, opts
 		fail(r, "", "%s was rejected by the API server: %v", id, err)
 		return
 	}
-	var dropped []string
-	compareKept(toJSONValue(example.Object["spec"]), toJSONValue(created.Object["spec"]), "spec", &dropped)
+	want, have := toJSONValue(example.Object["spec"]), toJSONValue(created.Object["spec"])
+	dropped := droppedFields(want, have)
 	sort.Strings(dropped)
 	for _, path := range dropped {
 		fail(r, "Remove fields the CRD does not define from the samples (config/samples).",
@@ -94,7 +95,7 @@ func checkExample(ctx context.Context, b *bundle, client dynamic.Interface, opts
 	}
 	if len(dropped) == 0 {
 		var defaulted []string
-		listAdded(toJSONValue(example.Object["spec"]), toJSONValue(created.Object["spec"]), "spec", &defaulted)
+		listAdded(want, have, "spec", &defaulted)
 		sort.Strings(defaulted)
 		r.Log += fmt.Sprintf("%s accepted; the API server defaulted %s\n", id, orNone(defaulted))
 	}
@@ -141,49 +142,28 @@ func (w warningLogger) HandleWarningHeader(code int, agent, text string) {
 	w.r.Log += fmt.Sprintf("API server warning: %s\n", text)
 }
 
-// toJSONValue normalises a value the way JSON sees it (numbers as float64).
+// toJSONValue is v as JSON sees it (numbers as float64). Both sides were decoded from JSON, so
+// the fallback to v itself is for completeness, not an expected path.
 func toJSONValue(v any) any {
-	data, err := json.Marshal(v)
+	out, err := jsonsubset.Normalize(v)
 	if err != nil {
-		return v
-	}
-	var out any
-	if err := json.Unmarshal(data, &out); err != nil {
 		return v
 	}
 	return out
 }
 
-// compareKept records every path set in want that got is missing or has a different value at.
-func compareKept(want, got any, path string, dropped *[]string) {
-	switch w := want.(type) {
-	case map[string]any:
-		g, ok := got.(map[string]any)
-		if !ok {
-			*dropped = append(*dropped, path)
-			return
+// droppedFields is every path of the spec set in want that got is missing or has another value at.
+func droppedFields(want, got any) []string {
+	var dropped []string
+	for _, d := range jsonsubset.All(want, got, "spec") {
+		path := d.Path
+		if d.Kind == jsonsubset.Value {
+			// The server's value tells a typo (pruned) from a value it rewrote (normalised).
+			path = fmt.Sprintf("%s (%v, the server has %v)", d.Path, d.Want, d.Have)
 		}
-		for k, v := range w {
-			if _, ok := g[k]; !ok {
-				*dropped = append(*dropped, path+"."+k)
-				continue
-			}
-			compareKept(v, g[k], path+"."+k, dropped)
-		}
-	case []any:
-		g, ok := got.([]any)
-		if !ok || len(g) != len(w) {
-			*dropped = append(*dropped, path)
-			return
-		}
-		for i := range w {
-			compareKept(w[i], g[i], fmt.Sprintf("%s[%d]", path, i), dropped)
-		}
-	default:
-		if !reflect.DeepEqual(want, got) {
-			*dropped = append(*dropped, fmt.Sprintf("%s (%v, the server has %v)", path, want, got))
-		}
+		dropped = append(dropped, path)
 	}
+	return dropped
 }
 
 // listAdded records the paths the server filled in (defaults).

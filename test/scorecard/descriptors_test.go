@@ -1,6 +1,7 @@
 package main
 
 import (
+	"slices"
 	"strings"
 	"testing"
 
@@ -36,18 +37,18 @@ func TestResolveDescriptorPaths(t *testing.T) {
 	}
 }
 
-func TestCompareKept(t *testing.T) {
+func TestDroppedFields(t *testing.T) {
 	want := map[string]any{"instances": 3.0, "storage": map[string]any{"size": "1Gi"}, "hba": []any{"a"}}
 	got := map[string]any{"instances": 3.0, "storage": map[string]any{"size": "1Gi", "reclaimPolicy": "Retain"}, "hba": []any{"a"}}
-	var dropped []string
-	compareKept(want, got, "spec", &dropped)
-	if len(dropped) != 0 {
+	if dropped := droppedFields(want, got); len(dropped) != 0 {
 		t.Errorf("defaults added by the server are not drops: %v", dropped)
 	}
 	delete(got["storage"].(map[string]any), "size")
 	got["instances"] = 2.0
-	compareKept(want, got, "spec", &dropped)
-	if len(dropped) != 2 {
-		t.Errorf("dropped %v, want spec.storage.size and spec.instances", dropped)
+	got["hba"] = []any{}
+	dropped := droppedFields(want, got)
+	wantDropped := []string{"spec.hba", "spec.instances (3, the server has 2)", "spec.storage.size"}
+	if !slices.Equal(dropped, wantDropped) {
+		t.Errorf("dropped %q, want %q", dropped, wantDropped)
 	}
 }
