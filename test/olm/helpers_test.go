@@ -10,12 +10,9 @@
 package olm_test
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -25,9 +22,9 @@ import (
 
 	operatorsv1alpha1 "github.com/operator-framework/api/pkg/operators/v1alpha1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/yaml"
 
+	"github.com/pgpilot/pgpilot-operator/internal/yamldocs"
 	"github.com/pgpilot/pgpilot-operator/test/controlplane"
 )
 
@@ -167,25 +164,11 @@ func makeVar(t *testing.T, name string) string {
 // yamlDocs splits a YAML stream into its non-empty documents.
 func yamlDocs(t *testing.T, data []byte) [][]byte {
 	t.Helper()
-	var docs [][]byte
-	reader := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(data)))
-	for {
-		doc, err := reader.Read()
-		if errors.Is(err, io.EOF) {
-			return docs
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		// A document of comments only is empty too.
-		var v any
-		if err := yaml.Unmarshal(doc, &v); err != nil {
-			t.Fatal(err)
-		}
-		if v != nil {
-			docs = append(docs, doc)
-		}
+	docs, err := yamldocs.Split(data)
+	if err != nil {
+		t.Fatal(err)
 	}
+	return docs
 }
 
 // manifests reads the objects of a bundle's manifests/ folder.

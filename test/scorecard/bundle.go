@@ -1,11 +1,8 @@
 package main
 
 import (
-	"bufio"
-	"bytes"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"sort"
@@ -13,8 +10,9 @@ import (
 	operatorsv1alpha1 "github.com/operator-framework/api/pkg/operators/v1alpha1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/yaml"
+
+	"github.com/pgpilot/pgpilot-operator/internal/yamldocs"
 )
 
 // bundle is what the tests read from a bundle directory's manifests/.
@@ -49,18 +47,12 @@ func (b *bundle) add(file string) error {
 	if err != nil {
 		return err
 	}
-	reader := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(data)))
-	for {
-		doc, err := reader.Read()
-		if errors.Is(err, io.EOF) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		if len(bytes.TrimSpace(doc)) == 0 {
-			continue
-		}
+	// loadBundle names the file in every error.
+	docs, err := yamldocs.Split(data)
+	if err != nil {
+		return err
+	}
+	for _, doc := range docs {
 		u := &unstructured.Unstructured{}
 		if err := yaml.Unmarshal(doc, &u.Object); err != nil {
 			return err
@@ -82,6 +74,7 @@ func (b *bundle) add(file string) error {
 			b.crds = append(b.crds, crd)
 		}
 	}
+	return nil
 }
 
 // crd returns the bundle's CRD called name, or nil.
