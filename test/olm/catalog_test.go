@@ -3,7 +3,6 @@ package olm_test
 import (
 	"bytes"
 	"encoding/base64"
-	"encoding/json"
 	"os"
 	"path/filepath"
 	"slices"
@@ -15,123 +14,28 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/yaml"
 
+	"github.com/pgpilot/pgpilot-operator/internal/fbc"
 	pgversion "github.com/pgpilot/pgpilot-operator/internal/version"
 )
 
 const packageName = "pgpilot-operator"
 
-type fbcBundle struct {
-	Schema     string `json:"schema"`
-	Name       string `json:"name"`
-	Package    string `json:"package"`
-	Image      string `json:"image"`
-	Properties []struct {
-		Type  string          `json:"type"`
-		Value json.RawMessage `json:"value"`
-	} `json:"properties"`
-	RelatedImages []struct {
-		Name  string `json:"name"`
-		Image string `json:"image"`
-	} `json:"relatedImages"`
-}
-
-type fbcChannel struct {
-	Schema  string `json:"schema"`
-	Name    string `json:"name"`
-	Package string `json:"package"`
-	Entries []struct {
-		Name      string   `json:"name"`
-		Replaces  string   `json:"replaces"`
-		Skips     []string `json:"skips"`
-		SkipRange string   `json:"skipRange"`
-	} `json:"entries"`
-}
-
-type fbcPackage struct {
-	Schema         string `json:"schema"`
-	Name           string `json:"name"`
-	DefaultChannel string `json:"defaultChannel"`
-	Icon           struct {
-		Data      string `json:"base64data"`
-		MediaType string `json:"mediatype"`
-	} `json:"icon"`
-}
-
-type catalog struct {
-	packages []fbcPackage
-	channels map[string]fbcChannel
-	bundles  map[string]fbcBundle
-}
-
-func loadCatalog(t *testing.T) catalog {
+// loadCatalog reads catalog/ strictly: an unknown field in the hand-written channels is a typo.
+func loadCatalog(t *testing.T) *fbc.Catalog {
 	t.Helper()
-	c := catalog{channels: map[string]fbcChannel{}, bundles: map[string]fbcBundle{}}
-	err := filepath.WalkDir(repoPath("catalog"), func(path string, d os.DirEntry, err error) error {
-		if err != nil || d.IsDir() {
-			return err
-		}
-		data, err := os.ReadFile(path)
-		if err != nil {
-			return err
-		}
-		for _, doc := range yamlDocs(t, data) {
-			var meta struct {
-				Schema string `json:"schema"`
-			}
-			if err := yaml.Unmarshal(doc, &meta); err != nil {
-				return err
-			}
-			switch meta.Schema {
-			case "olm.package":
-				var p fbcPackage
-				err = yaml.UnmarshalStrict(doc, &p)
-				c.packages = append(c.packages, p)
-			case "olm.channel":
-				var ch fbcChannel
-				err = yaml.UnmarshalStrict(doc, &ch)
-				c.channels[ch.Name] = ch
-			case "olm.bundle":
-				var b fbcBundle
-				err = yaml.UnmarshalStrict(doc, &b)
-				c.bundles[b.Name] = b
-			default:
-				t.Errorf("%s: unexpected schema %q", path, meta.Schema)
-			}
-			if err != nil {
-				return err
-			}
-		}
-		return nil
-	})
+	c, err := fbc.Load(fbc.Strict, repoPath("catalog"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	return c
 }
 
-// objects decodes a catalog bundle's inline manifests.
-func (b fbcBundle) objects(t *testing.T) []*unstructured.Unstructured {
+// bundleObjects decodes a catalog bundle's inline manifests.
+func bundleObjects(t *testing.T, b fbc.Bundle) []*unstructured.Unstructured {
 	t.Helper()
-	var objs []*unstructured.Unstructured
-	for _, p := range b.Properties {
-		if p.Type != "olm.bundle.object" {
-			continue
-		}
-		var v struct {
-			Data string `json:"data"`
-		}
-		if err := json.Unmarshal(p.Value, &v); err != nil {
-			t.Fatal(err)
-		}
-		raw, err := base64.StdEncoding.DecodeString(v.Data)
-		if err != nil {
-			t.Fatal(err)
-		}
-		u := &unstructured.Unstructured{}
-		if err := json.Unmarshal(raw, &u.Object); err != nil {
-			t.Fatal(err)
-		}
-		objs = append(objs, u)
+	objs, err := b.Objects()
+	if err != nil {
+		t.Fatal(err)
 	}
 	return objs
 }
@@ -152,29 +56,27 @@ func TestCatalogUpgradeGraph(t *testing.T) {
 		t.Fatal("VERSION must be after 0.1.0")
 	}
 
-	if len(c.packages) != 1 || c.packages[0].Name != packageName || c.packages[0].DefaultChannel != "stable" {
-		t.Fatalf("packages %+v, want %s with default channel stable", c.packages, packageName)
+	if len(c.Packages) != 1 || c.Packages[0].Name != packageName || c.Packages[0].DefaultChannel != "stable" {
+		t.Fatalf("packages %+v, want %s with default channel stable", c.Packages, packageName)
 	}
 	svg, err := os.ReadFile(repoPath("config", "manifests", "bases", "pgpilot-icon.svg"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if icon := c.packages[0].Icon; icon.MediaType != "image/svg+xml" || icon.Data != base64.StdEncoding.EncodeToString(svg) {
+	if icon := c.Packages[0].Icon; icon.MediaType != "image/svg+xml" || icon.Data != base64.StdEncoding.EncodeToString(svg) {
 		t.Error("the package icon must be config/manifests/bases/pgpilot-icon.svg (make catalog)")
 	}
 
-	if len(c.channels) != 2 {
-		t.Errorf("channels %v, want stable and candidate", slices.Collect(func(yield func(string) bool) {
-			for name := range c.channels {
-				if !yield(name) {
-					return
-				}
-			}
-		}))
+	if len(c.Channels) != 2 {
+		var names []string
+		for _, ch := range c.Channels {
+			names = append(names, ch.Name)
+		}
+		t.Errorf("channels %v, want stable and candidate", names)
 	}
 	for _, name := range []string{"stable", "candidate"} {
-		ch, ok := c.channels[name]
-		if !ok || ch.Package != packageName {
+		ch, ok := c.Channel(packageName, name)
+		if !ok {
 			t.Errorf("no channel %s in package %s", name, packageName)
 			continue
 		}
@@ -192,7 +94,7 @@ func TestCatalogUpgradeGraph(t *testing.T) {
 	}
 
 	for _, name := range []string{previous, current} {
-		b, ok := c.bundles[name]
+		b, ok := c.Bundle(name)
 		if !ok {
 			t.Errorf("no bundle %s", name)
 			continue
@@ -202,21 +104,19 @@ func TestCatalogUpgradeGraph(t *testing.T) {
 			t.Errorf("bundle %s: image %q package %q, want %s in %s", name, b.Image, b.Package, bundleImage, packageName)
 		}
 		kinds := map[string]int{}
-		for _, obj := range b.objects(t) {
+		objs := bundleObjects(t, b)
+		for _, obj := range objs {
 			kinds[obj.GetKind()]++
 		}
 		if kinds["ClusterServiceVersion"] != 1 || kinds["CustomResourceDefinition"] != 1 {
 			t.Errorf("bundle %s carries %v inline, want its CSV and CRD", name, kinds)
 		}
-		csv := csvOf(t, b.objects(t))
+		csv := csvOf(t, objs)
 		if csv.Name != name || csv.Spec.Version.String() != wantVersion {
 			t.Errorf("bundle %s holds CSV %s version %s", name, csv.Name, csv.Spec.Version.String())
 		}
 		image := "ghcr.io/pgpilot/pgpilot-operator:v" + wantVersion
-		if csv.Annotations["containerImage"] != image || !slices.ContainsFunc(b.RelatedImages, func(r struct {
-			Name  string `json:"name"`
-			Image string `json:"image"`
-		}) bool {
+		if csv.Annotations["containerImage"] != image || !slices.ContainsFunc(b.RelatedImages, func(r fbc.RelatedImage) bool {
 			return r.Image == image
 		}) {
 			t.Errorf("bundle %s: containerImage %s and relatedImages %v, want %s", name, csv.Annotations["containerImage"], b.RelatedImages, image)
@@ -271,11 +171,11 @@ func TestCatalogV010IsTheTaggedRelease(t *testing.T) {
 			t.Errorf("this clone's tag %s is %s, the catalog's 0.1.0 was rendered from %s", tag, got, v010Commit)
 		}
 	}
-	b, ok := loadCatalog(t).bundles[packageName+".v0.1.0"]
+	b, ok := loadCatalog(t).Bundle(packageName + ".v0.1.0")
 	if !ok {
 		t.Fatal("no 0.1.0 bundle in the catalog")
 	}
-	objs := b.objects(t)
+	objs := bundleObjects(t, b)
 	csv := csvOf(t, objs)
 
 	var tagCRD map[string]any
@@ -339,8 +239,8 @@ func TestCatalogBundlesValidate(t *testing.T) {
 		t.Fatal(err)
 	}
 	scorecardTests := buildScorecardTests(t)
-	for name, b := range loadCatalog(t).bundles {
-		t.Run(name, func(t *testing.T) {
+	for _, b := range loadCatalog(t).Bundles {
+		t.Run(b.Name, func(t *testing.T) {
 			dir := t.TempDir()
 			for _, sub := range []string{"manifests", "metadata"} {
 				if err := os.Mkdir(filepath.Join(dir, sub), 0o755); err != nil {
@@ -350,7 +250,7 @@ func TestCatalogBundlesValidate(t *testing.T) {
 			if err := os.WriteFile(filepath.Join(dir, "metadata", "annotations.yaml"), annotations, 0o644); err != nil {
 				t.Fatal(err)
 			}
-			for _, obj := range b.objects(t) {
+			for _, obj := range bundleObjects(t, b) {
 				data, err := yaml.Marshal(obj.Object)
 				if err != nil {
 					t.Fatal(err)

@@ -9,38 +9,17 @@
 package main
 
 import (
-	"bytes"
-	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/yaml"
+
+	"github.com/pgpilot/pgpilot-operator/internal/fbc"
 )
-
-// meta is the part of a catalog document (olm.package, olm.channel, olm.bundle) used here.
-type meta struct {
-	Schema         string         `json:"schema"`
-	Name           string         `json:"name"`
-	Package        string         `json:"package"`
-	DefaultChannel string         `json:"defaultChannel"`
-	Entries        []channelEntry `json:"entries"`
-	Properties     []struct {
-		Type  string          `json:"type"`
-		Value json.RawMessage `json:"value"`
-	} `json:"properties"`
-}
-
-// channelEntry is one bundle an olm.channel lists.
-type channelEntry struct {
-	Name string `json:"name"`
-}
 
 func main() {
 	if len(os.Args) != 3 {
@@ -54,92 +33,54 @@ func main() {
 }
 
 func run(bundleFile, out string) error {
-	docs, err := readDocs(bundleFile)
-	if err != nil {
-		return err
-	}
 	// The package and channels live next to the bundle files (catalog/<package>/*.yaml).
 	siblings, err := filepath.Glob(filepath.Join(filepath.Dir(filepath.Dir(bundleFile)), "*.yaml"))
 	if err != nil {
 		return err
 	}
-	for _, f := range siblings {
-		more, err := readDocs(f)
-		if err != nil {
-			return err
-		}
-		docs = append(docs, more...)
+	// Lenient: a released entry is written back as it is, whatever a later opm added to it.
+	catalog, err := fbc.Load(fbc.Lenient, append([]string{bundleFile}, siblings...)...)
+	if err != nil {
+		return err
 	}
-	var bundle *meta
-	for i := range docs {
-		if docs[i].Schema == "olm.bundle" {
-			if bundle != nil {
-				return fmt.Errorf("%s holds more than one bundle", bundleFile)
-			}
-			bundle = &docs[i]
-		}
-	}
-	if bundle == nil {
+	if len(catalog.Bundles) == 0 {
 		return fmt.Errorf("%s holds no olm.bundle", bundleFile)
 	}
+	if len(catalog.Bundles) > 1 {
+		return fmt.Errorf("%s holds more than one bundle", bundleFile)
+	}
+	bundle := catalog.Bundles[0]
 	if err := writeManifests(bundle, filepath.Join(out, "manifests")); err != nil {
 		return err
 	}
-	return writeAnnotations(bundle, docs, filepath.Join(out, "metadata"))
+	return writeAnnotations(bundle, catalog, filepath.Join(out, "metadata"))
 }
 
-func readDocs(file string) ([]meta, error) {
-	data, err := os.ReadFile(file)
+// writeManifests writes every manifest the bundle carries inline into one YAML file per object,
+// named as operator-sdk names bundle files.
+func writeManifests(bundle fbc.Bundle, dir string) error {
+	objects, err := bundle.ObjectData()
 	if err != nil {
-		return nil, err
+		return err
 	}
-	var docs []meta
-	decoder := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
-	for {
-		var m meta
-		if err := decoder.Decode(&m); errors.Is(err, io.EOF) {
-			return docs, nil
-		} else if err != nil {
-			return nil, fmt.Errorf("%s: %w", file, err)
-		}
-		if m.Schema != "" {
-			docs = append(docs, m)
-		}
+	if len(objects) == 0 {
+		return fmt.Errorf("bundle %s carries no manifests inline (%s)", bundle.Name, fbc.PropertyBundleObject)
 	}
-}
-
-// writeManifests decodes every olm.bundle.object property (base64 JSON, as `opm render` stores
-// them) into one YAML file per object, named as operator-sdk names bundle files.
-func writeManifests(bundle *meta, dir string) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
-	written := 0
-	for _, p := range bundle.Properties {
-		if p.Type != "olm.bundle.object" {
-			continue
-		}
-		var value struct {
-			Data []byte `json:"data"` // base64 in the catalog; encoding/json decodes it
-		}
-		if err := json.Unmarshal(p.Value, &value); err != nil {
-			return fmt.Errorf("olm.bundle.object: %w", err)
-		}
+	for _, data := range objects {
 		obj := &unstructured.Unstructured{}
-		if err := obj.UnmarshalJSON(value.Data); err != nil {
-			return fmt.Errorf("olm.bundle.object: %w", err)
+		if err := obj.UnmarshalJSON(data); err != nil {
+			return fmt.Errorf("bundle %s: %s: %w", bundle.Name, fbc.PropertyBundleObject, err)
 		}
-		data, err := yaml.JSONToYAML(value.Data)
+		manifest, err := yaml.JSONToYAML(data)
 		if err != nil {
+			return fmt.Errorf("bundle %s: %s as YAML: %w", bundle.Name, obj.GetName(), err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, manifestFileName(obj)), manifest, 0o644); err != nil {
 			return err
 		}
-		if err := os.WriteFile(filepath.Join(dir, manifestFileName(obj)), data, 0o644); err != nil {
-			return err
-		}
-		written++
-	}
-	if written == 0 {
-		return fmt.Errorf("bundle %s carries no manifests inline (olm.bundle.object)", bundle.Name)
 	}
 	return nil
 }
@@ -161,16 +102,17 @@ func manifestFileName(obj *unstructured.Unstructured) string {
 }
 
 // writeAnnotations writes the registry+v1 bundle annotations bundle.Dockerfile turns into labels.
-func writeAnnotations(bundle *meta, docs []meta, dir string) error {
+func writeAnnotations(bundle fbc.Bundle, catalog *fbc.Catalog, dir string) error {
 	var channels []string
 	defaultChannel := ""
-	for _, d := range docs {
-		switch {
-		case d.Schema == "olm.package" && d.Name == bundle.Package:
-			defaultChannel = d.DefaultChannel
-		case d.Schema == "olm.channel" && d.Package == bundle.Package &&
-			slices.Contains(d.Entries, channelEntry{Name: bundle.Name}):
-			channels = append(channels, d.Name)
+	for _, p := range catalog.Packages {
+		if p.Name == bundle.Package {
+			defaultChannel = p.DefaultChannel
+		}
+	}
+	for _, ch := range catalog.Channels {
+		if ch.Package == bundle.Package && ch.Lists(bundle.Name) {
+			channels = append(channels, ch.Name)
 		}
 	}
 	if len(channels) == 0 || defaultChannel == "" {
