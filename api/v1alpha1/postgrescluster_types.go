@@ -105,6 +105,8 @@ type PostgreSQLSpec struct {
 	// +kubebuilder:validation:XValidation:rule="!('external_pid_file' in self)",message="postgresql.parameters.external_pid_file is managed by pgpilot and cannot be set"
 	// +kubebuilder:validation:XValidation:rule="!('wal_level' in self)",message="postgresql.parameters.wal_level is managed by pgpilot and cannot be set"
 	// +kubebuilder:validation:XValidation:rule="!('hot_standby' in self)",message="postgresql.parameters.hot_standby is managed by pgpilot and cannot be set"
+	// +kubebuilder:validation:XValidation:rule="!('wal_log_hints' in self)",message="postgresql.parameters.wal_log_hints is managed by pgpilot and cannot be set"
+	// +kubebuilder:validation:XValidation:rule="!('password_encryption' in self)",message="postgresql.parameters.password_encryption is managed by pgpilot and cannot be set"
 	// +kubebuilder:validation:XValidation:rule="!('primary_conninfo' in self)",message="postgresql.parameters.primary_conninfo is managed by pgpilot and cannot be set"
 	// +kubebuilder:validation:XValidation:rule="!('primary_slot_name' in self)",message="postgresql.parameters.primary_slot_name is managed by pgpilot and cannot be set"
 	// +kubebuilder:validation:XValidation:rule="!('restore_command' in self)",message="postgresql.parameters.restore_command is managed by pgpilot and cannot be set"

@@ -8,6 +8,7 @@ import (
 	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
 
 	pgv1 "github.com/pgpilot/pgpilot-operator/api/v1alpha1"
+	"github.com/pgpilot/pgpilot-operator/internal/instance/agentapi"
 )
 
 // Paths inside an instance pod.
@@ -15,20 +16,15 @@ const (
 	ConfigMountPath = "/etc/pgpilot"
 	DataMountPath   = "/var/lib/postgresql/data"
 	PGDataPath      = DataMountPath + "/pgdata"
-
-	PostgresqlConfKey = "postgresql.conf"
-	PgHBAConfKey      = "pg_hba.conf"
 )
 
-// managedParameters are the settings pgpilot owns; the CRD rejects them in spec.postgresql.
-// Replication needs them fixed, and the pods' probes and Services depend on the address and port.
+// managedParameters are the settings the cluster's file fixes: replication needs them, and
+// the Services reach every address. Each is one of pgv1.ManagedParameters, which the CRD
+// rejects in spec.postgresql. Where the files, the socket and the port are is the agent's to
+// say (agent.NewInstance), not the file's.
 func managedParameters(c *pgv1.PostgresCluster) [][2]string {
 	return [][2]string{
-		{"data_directory", quote(PGDataPath)},
-		{"hba_file", quote(ConfigMountPath + "/" + PgHBAConfKey)},
 		{"listen_addresses", quote("*")},
-		{"port", fmt.Sprint(PostgresPort)},
-		{"unix_socket_directories", quote("/var/run/postgresql")},
 		{"cluster_name", quote(c.Name)},
 		{"wal_level", "replica"},
 		{"hot_standby", "on"},
@@ -82,7 +78,7 @@ func PgHBAConf(c *pgv1.PostgresCluster) string {
 	b.WriteString("local all all peer\n")
 	b.WriteString("host all all 127.0.0.1/32 scram-sha-256\n")
 	b.WriteString("host all all ::1/128 scram-sha-256\n")
-	fmt.Fprintf(&b, "host replication %s all scram-sha-256\n", ReplicationUser)
+	fmt.Fprintf(&b, "host replication %s all scram-sha-256\n", agentapi.DefaultReplicationUser)
 	b.WriteString("host all all all scram-sha-256\n")
 	return b.String()
 }
@@ -93,8 +89,8 @@ func BuildConfigMap(c *pgv1.PostgresCluster) *corev1ac.ConfigMapApplyConfigurati
 		WithLabels(CommonLabels(c)).
 		WithOwnerReferences(ownerReference(c)).
 		WithData(map[string]string{
-			PostgresqlConfKey: PostgresqlConf(c),
-			PgHBAConfKey:      PgHBAConf(c),
+			agentapi.PostgresqlConfFile: PostgresqlConf(c),
+			agentapi.HBAConfFile:        PgHBAConf(c),
 		})
 }
 

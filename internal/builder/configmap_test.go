@@ -23,6 +23,16 @@ func confLines(conf string) []string {
 	return lines
 }
 
+// Every setting the file fixes is one the CRD rejects, so a user's value can never silently
+// override it (user parameters are written after the managed ones).
+func TestManagedSettingsAreRejectedByTheCRD(t *testing.T) {
+	for _, kv := range managedParameters(newCluster()) {
+		if !slices.Contains(pgv1.ManagedParameters, kv[0]) {
+			t.Errorf("%s is set by pgpilot but not in pgv1.ManagedParameters", kv[0])
+		}
+	}
+}
+
 func TestPostgresqlConf(t *testing.T) {
 	tests := []struct {
 		name         string
@@ -35,14 +45,13 @@ func TestPostgresqlConf(t *testing.T) {
 			parameters: nil,
 			wantLines: []string{
 				"listen_addresses = '*'",
-				"port = 5432",
 				"wal_level = replica",
 				"hot_standby = on",
 				"cluster_name = 'db'",
-				"data_directory = '/var/lib/postgresql/data/pgdata'",
-				"hba_file = '/etc/pgpilot/pg_hba.conf'",
 				"max_wal_senders = '10'",
 			},
+			// The agent says where the files, the socket and the port are (agent.NewInstance).
+			notWantLines: []string{"port = 5432", "data_directory = '/var/lib/postgresql/data/pgdata'"},
 		},
 		{
 			name:         "user parameter overrides a default",
@@ -92,9 +101,9 @@ func TestPostgresqlConfIsDeterministicAndSorted(t *testing.T) {
 		}
 	}
 
-	// After the ten managed settings come the defaults and user parameters, sorted by name.
+	// After the managed settings come the defaults and user parameters, sorted by name.
 	lines := confLines(first)
-	const managed = 10
+	managed := len(managedParameters(newCluster()))
 	if len(lines) != managed+len(defaultParameters)+len(params) {
 		t.Fatalf("got %d lines, want %d:\n%s", len(lines), managed+len(defaultParameters)+len(params), first)
 	}

@@ -25,9 +25,6 @@ const (
 	RoleReplica = "replica"
 )
 
-// PostgresPort is the port every instance listens on.
-const PostgresPort = 5432
-
 // Names of the objects owned by one cluster.
 func StatefulSetName(c *pgv1.PostgresCluster) string         { return c.Name }
 func ConfigMapName(c *pgv1.PostgresCluster) string           { return c.Name + "-config" }

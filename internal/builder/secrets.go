@@ -5,12 +5,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	pgv1 "github.com/pgpilot/pgpilot-operator/api/v1alpha1"
+	"github.com/pgpilot/pgpilot-operator/internal/instance/agentapi"
 )
 
 // Database roles whose credentials pgpilot keeps in Secrets.
 const (
-	SuperuserName   = "postgres"
-	ReplicationUser = "streaming_replica"
 	// AgentUser names the operator in the agent Secret, whose password is the bearer token of
 	// the instance agents' status API.
 	AgentUser = "pgpilot-operator"
@@ -26,8 +25,8 @@ type Credential struct {
 // owner's Secret is left out when the user supplies their own.
 func GeneratedCredentials(c *pgv1.PostgresCluster) []Credential {
 	creds := []Credential{
-		{SecretName: SuperuserSecretName(c), Username: SuperuserName},
-		{SecretName: ReplicationSecretName(c), Username: ReplicationUser},
+		{SecretName: SuperuserSecretName(c), Username: agentapi.Superuser},
+		{SecretName: ReplicationSecretName(c), Username: agentapi.DefaultReplicationUser},
 		{SecretName: AgentSecretName(c), Username: AgentUser},
 	}
 	if !UsesUserAppSecret(c) {

@@ -6,6 +6,7 @@ import (
 	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
 
 	pgv1 "github.com/pgpilot/pgpilot-operator/api/v1alpha1"
+	"github.com/pgpilot/pgpilot-operator/internal/instance/agentapi"
 )
 
 // BuildServices returns the cluster's Services: the headless one that gives instances stable
@@ -37,6 +38,6 @@ func serviceSpec(selector map[string]string) *corev1ac.ServiceSpecApplyConfigura
 		WithPorts(corev1ac.ServicePort().
 			WithName("postgres").
 			WithProtocol(corev1.ProtocolTCP).
-			WithPort(PostgresPort).
+			WithPort(agentapi.DefaultPostgresPort).
 			WithTargetPort(intstr.FromString("postgres")))
 }

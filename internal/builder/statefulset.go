@@ -12,6 +12,7 @@ import (
 	metav1ac "k8s.io/client-go/applyconfigurations/meta/v1"
 
 	pgv1 "github.com/pgpilot/pgpilot-operator/api/v1alpha1"
+	"github.com/pgpilot/pgpilot-operator/internal/instance/agentapi"
 )
 
 // The user and group of the official postgres image, whose conventions pgpilot's images follow.
@@ -27,9 +28,6 @@ const (
 	agentVolumeName  = "pgpilot-bin"
 	agentDir         = "/pgpilot/bin"
 )
-
-// AgentPort serves the instance agent's probes and status API.
-const AgentPort = 8000
 
 // AgentBinary is where the operator image keeps the instance agent.
 const AgentBinary = "/agent"
@@ -139,37 +137,22 @@ func restrictedContainer() *corev1ac.SecurityContextApplyConfiguration {
 }
 
 func buildPostgresContainer(c *pgv1.PostgresCluster, image string) *corev1ac.ContainerApplyConfiguration {
-	initdb := c.Spec.Bootstrap.InitDB
 	container := corev1ac.Container().
 		WithName("postgres").
 		WithImage(image).
 		WithImagePullPolicy(corev1.PullIfNotPresent).
 		WithCommand(agentDir+"/agent").
-		WithEnv(
-			corev1ac.EnvVar().WithName("PGDATA").WithValue(PGDataPath),
-			corev1ac.EnvVar().WithName("PGPILOT_POD_NAME").WithValueFrom(corev1ac.EnvVarSource().
-				WithFieldRef(corev1ac.ObjectFieldSelector().WithFieldPath("metadata.name"))),
-			corev1ac.EnvVar().WithName("PGPILOT_INITIAL_PRIMARY").WithValue(InstancePodName(c, 0)),
-			corev1ac.EnvVar().WithName("PGPILOT_PRIMARY_HOST").WithValue(ReadWriteServiceName(c)),
-			corev1ac.EnvVar().WithName("PGPILOT_CONFIG_DIR").WithValue(ConfigMountPath),
-			corev1ac.EnvVar().WithName("PGPILOT_SOCKET_DIR").WithValue(socketDir),
-			corev1ac.EnvVar().WithName("PGPILOT_APP_DATABASE").WithValue(initdb.Database),
-			secretEnv("PGPILOT_SUPERUSER_PASSWORD", SuperuserSecretName(c), corev1.BasicAuthPasswordKey),
-			secretEnv("PGPILOT_REPLICATION_PASSWORD", ReplicationSecretName(c), corev1.BasicAuthPasswordKey),
-			secretEnv("PGPILOT_APP_USER", AppSecretName(c), corev1.BasicAuthUsernameKey),
-			secretEnv("PGPILOT_APP_PASSWORD", AppSecretName(c), corev1.BasicAuthPasswordKey),
-			secretEnv("PGPILOT_AGENT_TOKEN", AgentSecretName(c), corev1.BasicAuthPasswordKey),
-		).
+		WithEnv(agentEnvironment(c)...).
 		WithPorts(
-			corev1ac.ContainerPort().WithName("postgres").WithContainerPort(PostgresPort).WithProtocol(corev1.ProtocolTCP),
-			corev1ac.ContainerPort().WithName("agent").WithContainerPort(AgentPort).WithProtocol(corev1.ProtocolTCP),
+			corev1ac.ContainerPort().WithName("postgres").WithContainerPort(agentapi.DefaultPostgresPort).WithProtocol(corev1.ProtocolTCP),
+			corev1ac.ContainerPort().WithName("agent").WithContainerPort(agentapi.DefaultAgentPort).WithProtocol(corev1.ProtocolTCP),
 		).
 		// Startup covers initdb or a clone of a large primary; readiness is "accepts
 		// connections"; liveness only asks whether the postmaster runs, so a busy server is
 		// never killed for being slow to answer.
-		WithStartupProbe(agentProbe("/startupz", 5, 720)).
-		WithReadinessProbe(agentProbe("/readyz", 5, 3)).
-		WithLivenessProbe(agentProbe("/healthz", 10, 6)).
+		WithStartupProbe(agentProbe(agentapi.PathStartup, 5, 720)).
+		WithReadinessProbe(agentProbe(agentapi.PathReadiness, 5, 3)).
+		WithLivenessProbe(agentProbe(agentapi.PathLiveness, 10, 6)).
 		WithSecurityContext(restrictedContainer()).
 		WithVolumeMounts(
 			corev1ac.VolumeMount().WithName(DataVolumeName).WithMountPath(DataMountPath),
@@ -190,9 +173,49 @@ func buildPostgresContainer(c *pgv1.PostgresCluster, image string) *corev1ac.Con
 	return container
 }
 
-func secretEnv(name, secret, key string) *corev1ac.EnvVarApplyConfiguration {
-	return corev1ac.EnvVar().WithName(name).WithValueFrom(corev1ac.EnvVarSource().
-		WithSecretKeyRef(corev1ac.SecretKeySelector().WithName(secret).WithKey(key)))
+// AgentConfig is what the instance pods' environment tells their agents; the pod name comes
+// from each pod itself.
+func AgentConfig(c *pgv1.PostgresCluster) agentapi.Config {
+	return agentapi.Config{
+		InitialPrimary: InstancePodName(c, 0),
+		PrimaryHost:    ReadWriteServiceName(c),
+		DataDir:        PGDataPath,
+		ConfigDir:      ConfigMountPath,
+		SocketDir:      socketDir,
+		AppDatabase:    c.Spec.Bootstrap.InitDB.Database,
+	}.WithDefaults()
+}
+
+// agentCredentials are the Secret keys the agents read their credentials from.
+func agentCredentials(c *pgv1.PostgresCluster) agentapi.CredentialRefs {
+	password := func(secret string) agentapi.SecretKeyRef {
+		return agentapi.SecretKeyRef{Name: secret, Key: corev1.BasicAuthPasswordKey}
+	}
+	return agentapi.CredentialRefs{
+		SuperuserPassword:   password(SuperuserSecretName(c)),
+		ReplicationPassword: password(ReplicationSecretName(c)),
+		AppUser:             agentapi.SecretKeyRef{Name: AppSecretName(c), Key: corev1.BasicAuthUsernameKey},
+		AppPassword:         password(AppSecretName(c)),
+		AgentToken:          password(AgentSecretName(c)),
+	}
+}
+
+func agentEnvironment(c *pgv1.PostgresCluster) []*corev1ac.EnvVarApplyConfiguration {
+	var env []*corev1ac.EnvVarApplyConfiguration
+	for _, v := range AgentConfig(c).Environment(agentCredentials(c)) {
+		e := corev1ac.EnvVar().WithName(v.Name)
+		switch {
+		case v.FieldPath != "":
+			e.WithValueFrom(corev1ac.EnvVarSource().WithFieldRef(corev1ac.ObjectFieldSelector().WithFieldPath(v.FieldPath)))
+		case v.Secret != nil:
+			e.WithValueFrom(corev1ac.EnvVarSource().
+				WithSecretKeyRef(corev1ac.SecretKeySelector().WithName(v.Secret.Name).WithKey(v.Secret.Key)))
+		default:
+			e.WithValue(v.Value)
+		}
+		env = append(env, e)
+	}
+	return env
 }
 
 func agentProbe(path string, period, failures int32) *corev1ac.ProbeApplyConfiguration {

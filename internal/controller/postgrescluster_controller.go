@@ -57,6 +57,8 @@ type PostgresClusterReconciler struct {
 	HealthInterval time.Duration
 	// AgentAddress finds an instance's agent; nil means AgentAddress (pod IP, agent port).
 	AgentAddress func(*corev1.Pod) string
+	// Agents talks to the instance agents; nil means agentapi.HTTPClient.
+	Agents AgentClient
 }
 
 func (r *PostgresClusterReconciler) notYet() ctrl.Result {
@@ -66,13 +68,15 @@ func (r *PostgresClusterReconciler) notYet() ctrl.Result {
 	return ctrl.Result{RequeueAfter: defaultRequeueInterval}
 }
 
-// stage is one idempotent step of the reconcile. A stage stops the chain by returning an error,
-// a non-zero Result ("not yet"), or by recording a failure in the scope (bad input).
+// stage is one idempotent step of the reconcile. It goes on (nil, nil), stops the chain for a
+// reason (a *stop: waiting or invalid input), or fails (an error, retried with backoff).
 type stage struct {
 	name string
-	run  func(ctx context.Context, s *scope) (ctrl.Result, error)
+	run  func(ctx context.Context, s *scope) (*stop, error)
 }
 
+// stages: ensure the children, observe the instances once, then decide from what was observed.
+// The status is written after them, whatever stopped the chain.
 func (r *PostgresClusterReconciler) stages() []stage {
 	return []stage{
 		{"secrets", r.ensureSecrets},
@@ -80,9 +84,8 @@ func (r *PostgresClusterReconciler) stages() []stage {
 		{"statefulset", r.ensureStatefulSet},
 		{"services", r.ensureServices},
 		{"poddisruptionbudget", r.ensurePodDisruptionBudget},
-		{"bootstrap", r.waitForBootstrap},
-		{"instances", r.observeInstances},
-		{"primary", r.confirmPrimary},
+		{"observe", r.observe},
+		{"primary", r.decidePrimary},
 		{"slots", r.dropRemovedSlots},
 		{"restarts", r.restartPending},
 	}
@@ -123,19 +126,25 @@ func (r *PostgresClusterReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 func (r *PostgresClusterReconciler) runStages(ctx context.Context, s *scope) (ctrl.Result, error) {
 	log := logf.FromContext(ctx)
 	for _, st := range r.stages() {
-		result, err := st.run(ctx, s)
+		stopped, err := st.run(ctx, s)
 		if err != nil {
-			s.fail("ReconcileError", "stage "+st.name+": "+err.Error())
+			s.failure = &reasonMessage{"ReconcileError", "stage " + st.name + ": " + err.Error()}
 			return ctrl.Result{}, err
 		}
-		if s.failure != nil {
-			log.Info("stopped on invalid input", "stage", st.name, "reason", s.failure.reason)
-			return result, nil
+		if stopped == nil {
+			continue
 		}
-		if !result.IsZero() {
-			log.V(1).Info("waiting", "stage", st.name, "requeueAfter", result.RequeueAfter)
-			return result, nil
+		if stopped.failed {
+			s.failure = &stopped.reasonMessage
+			log.Info("stopped on invalid input", "stage", st.name, "reason", stopped.reason)
+		} else {
+			s.waiting = &stopped.reasonMessage
+			log.V(1).Info("waiting", "stage", st.name, "reason", stopped.reason)
 		}
+		if stopped.retry {
+			return r.notYet(), nil
+		}
+		return ctrl.Result{}, nil
 	}
 	return ctrl.Result{}, nil
 }

@@ -16,6 +16,7 @@ import (
 
 	pgv1 "github.com/pgpilot/pgpilot-operator/api/v1alpha1"
 	pgbuilder "github.com/pgpilot/pgpilot-operator/internal/builder"
+	"github.com/pgpilot/pgpilot-operator/internal/instance/agentapi"
 	"github.com/pgpilot/pgpilot-operator/internal/version"
 )
 
@@ -70,7 +71,7 @@ var _ = Describe("PostgresCluster reconciler", func() {
 		}).Should(Succeed())
 		cm := &corev1.ConfigMap{}
 		Expect(k8sClient.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: pgbuilder.ConfigMapName(c)}, cm)).To(Succeed())
-		Expect(cm.Data[pgbuilder.PostgresqlConfKey]).To(ContainSubstring("max_connections = '250'"))
+		Expect(cm.Data[agentapi.PostgresqlConfFile]).To(ContainSubstring("max_connections = '250'"))
 	})
 
 	It("never regenerates a password", func() {
@@ -190,6 +191,16 @@ var _ = Describe("CRD validation", func() {
 		Entry("a bad database name", func(c *pgv1.PostgresCluster) { c.Spec.Bootstrap.InitDB.Database = "My-DB" }, "spec.bootstrap.initdb.database"),
 		Entry("an unknown reclaim policy", func(c *pgv1.PostgresCluster) { c.Spec.Storage.ReclaimPolicy = "Recycle" }, "spec.storage.reclaimPolicy"),
 	)
+
+	It("rejects every parameter pgpilot manages, naming it", func() {
+		for _, name := range pgv1.ManagedParameters {
+			err := k8sClient.Create(ctx, newCluster(namespace, func(c *pgv1.PostgresCluster) {
+				c.Spec.PostgreSQL.Parameters = map[string]string{name: "x", "work_mem": "8MB"}
+			}))
+			Expect(apierrors.IsInvalid(err)).To(BeTrue(), "%s: %v", name, err)
+			Expect(err.Error()).To(ContainSubstring(pgv1.ManagedParameterMessage(name)))
+		}
+	})
 
 	DescribeTable("rejects a forbidden change with a clear message",
 		func(mutate func(*pgv1.PostgresCluster), message string) {

@@ -17,7 +17,7 @@ import (
 
 	pgv1 "github.com/pgpilot/pgpilot-operator/api/v1alpha1"
 	pgbuilder "github.com/pgpilot/pgpilot-operator/internal/builder"
-	"github.com/pgpilot/pgpilot-operator/internal/instance/agent"
+	"github.com/pgpilot/pgpilot-operator/internal/instance/agentapi"
 	"github.com/pgpilot/pgpilot-operator/internal/instance/pgtest"
 	"github.com/pgpilot/pgpilot-operator/internal/instance/postgres"
 )
@@ -41,7 +41,7 @@ var _ = Describe("Instances with real agents", func() {
 		a := pgtest.StartAgent(GinkgoT(), agentConfig(cluster, pod, initialPrimary, primaryPort, inst), inst)
 		agentAddresses.set(cluster.Namespace, pod, strings.TrimPrefix(a.URL, "http://"))
 		Eventually(func() (int, error) {
-			resp, err := http.Get(a.URL + agent.PathReadiness)
+			resp, err := http.Get(a.URL + agentapi.PathReadiness)
 			if err != nil {
 				return 0, err
 			}
@@ -61,7 +61,7 @@ var _ = Describe("Instances with real agents", func() {
 			got := fetch(cluster)
 			g.Expect(got.Status.CurrentPrimary).To(Equal("db-0"))
 			g.Expect(got.Status.InstancesStatus).NotTo(BeEmpty())
-			g.Expect(got.Status.InstancesStatus[0].Role).To(Equal(postgres.RolePrimary))
+			g.Expect(got.Status.InstancesStatus[0].Role).To(Equal(agentapi.RolePrimary))
 			g.Expect(got.Status.InstancesStatus[0].LSN).NotTo(BeEmpty())
 		}).Should(Succeed())
 
@@ -74,7 +74,7 @@ var _ = Describe("Instances with real agents", func() {
 			g.Expect(got.Status.InstancesStatus).To(HaveLen(2))
 			replica := got.Status.InstancesStatus[1]
 			g.Expect(replica.Name).To(Equal("db-1"))
-			g.Expect(replica.Role).To(Equal(postgres.RoleReplica))
+			g.Expect(replica.Role).To(Equal(agentapi.RoleReplica))
 			g.Expect(replica.Streaming).To(BeTrue())
 			g.Expect(replica.LagBytes).NotTo(BeNil())
 			g.Expect(replica.Timeline).To(Equal(int64(1)))
@@ -88,8 +88,8 @@ var _ = Describe("Instances with real agents", func() {
 		// stops too): its replication slot must not keep WAL on the primary.
 		updateCluster(cluster, func(c *pgv1.PostgresCluster) { c.Spec.Instances = 1 })
 		Expect(standby.Stop()).To(Succeed())
-		admin := pgtest.Connect(GinkgoT(), primary.Instance, pgbuilder.SuperuserName,
-			agentConfig(cluster, "db-0", "db-0", 0, primary.Instance).SuperuserPass, "postgres")
+		admin := pgtest.Connect(GinkgoT(), primary.Instance, agentapi.Superuser,
+			agentConfig(cluster, "db-0", "db-0", 0, primary.Instance).Credentials.SuperuserPassword, "postgres")
 		Eventually(func() ([]string, error) {
 			rows, err := admin.Query(ctx, "SELECT slot_name::text FROM pg_replication_slots")
 			if err != nil {
@@ -120,16 +120,16 @@ var _ = Describe("Instances with real agents", func() {
 		Eventually(func(g Gomega) {
 			cm := &corev1.ConfigMap{}
 			g.Expect(k8sClient.Get(ctx, client.ObjectKey{Namespace: cluster.Namespace, Name: pgbuilder.ConfigMapName(cluster)}, cm)).To(Succeed())
-			g.Expect(cm.Data[pgbuilder.PostgresqlConfKey]).To(ContainSubstring("max_connections = '150'"))
+			g.Expect(cm.Data[agentapi.PostgresqlConfFile]).To(ContainSubstring("max_connections = '150'"))
 			for _, a := range []*pgtest.RunningAgent{primary, replica} {
-				g.Expect(os.WriteFile(a.Instance.ConfigFile, []byte(cm.Data[pgbuilder.PostgresqlConfKey]), 0o644)).To(Succeed())
+				g.Expect(os.WriteFile(a.Instance.ConfigFile, []byte(cm.Data[agentapi.PostgresqlConfFile]), 0o644)).To(Succeed())
 			}
 		}).Should(Succeed())
 
-		password := agentConfig(cluster, "db-0", "db-0", 0, primary.Instance).SuperuserPass
+		password := agentConfig(cluster, "db-0", "db-0", 0, primary.Instance).Credentials.SuperuserPassword
 		for _, a := range []*pgtest.RunningAgent{primary, replica} {
 			Eventually(func(g Gomega) {
-				conn, err := postgres.Connect(ctx, a.Instance.Port, pgbuilder.SuperuserName, password, "postgres")
+				conn, err := postgres.Connect(ctx, a.Instance.Port, agentapi.Superuser, password, "postgres")
 				g.Expect(err).NotTo(HaveOccurred())
 				defer func() { _ = conn.Close(ctx) }()
 				var v string
@@ -172,26 +172,22 @@ var _ = Describe("Instances with real agents", func() {
 
 // agentConfig is what the StatefulSet's environment gives an agent, read from the Secrets the
 // operator generated for cluster.
-func agentConfig(cluster *pgv1.PostgresCluster, pod, initialPrimary string, primaryPort int, inst *postgres.Instance) agent.Config {
-	password := func(name string) string {
+func agentConfig(cluster *pgv1.PostgresCluster, pod, initialPrimary string, primaryPort int, inst *postgres.Instance) agentapi.Config {
+	secret := func(name, key string) string {
 		secret := &corev1.Secret{}
 		Eventually(func() error {
 			return k8sClient.Get(ctx, client.ObjectKey{Namespace: cluster.Namespace, Name: name}, secret)
 		}).Should(Succeed())
-		return string(secret.Data[corev1.BasicAuthPasswordKey])
+		return string(secret.Data[key])
 	}
-	return agent.Config{
-		PodName: pod, InitialPrimary: initialPrimary, PrimaryHost: "127.0.0.1", PrimaryPort: primaryPort,
-		ConfigFiles:   []string{inst.ConfigFile, inst.Settings["hba_file"]},
-		Token:         password(pgbuilder.AgentSecretName(cluster)),
-		Superuser:     pgbuilder.SuperuserName,
-		SuperuserPass: password(pgbuilder.SuperuserSecretName(cluster)),
-		Roles: postgres.Roles{
-			ReplicationUser: pgbuilder.ReplicationUser, ReplicationPassword: password(pgbuilder.ReplicationSecretName(cluster)),
-			AppOwner: "app", AppPassword: password(pgbuilder.AppSecretName(cluster)), AppDatabase: "app",
-		},
-		ShutdownGrace: 10 * time.Second, ConfigInterval: 500 * time.Millisecond, CloneRetry: 200 * time.Millisecond,
-	}
+	password := func(name string) string { return secret(name, corev1.BasicAuthPasswordKey) }
+	return pgtest.AgentConfig(inst, pod, initialPrimary, primaryPort, agentapi.Credentials{
+		SuperuserPassword:   password(pgbuilder.SuperuserSecretName(cluster)),
+		ReplicationPassword: password(pgbuilder.ReplicationSecretName(cluster)),
+		AppUser:             secret(pgbuilder.AppSecretName(cluster), corev1.BasicAuthUsernameKey),
+		AppPassword:         password(pgbuilder.AppSecretName(cluster)),
+		AgentToken:          password(pgbuilder.AgentSecretName(cluster)),
+	})
 }
 
 // restartNotes lists the InstanceRestarted events about cluster, oldest first.

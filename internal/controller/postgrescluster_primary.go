@@ -7,86 +7,63 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	pgv1 "github.com/pgpilot/pgpilot-operator/api/v1alpha1"
 	pgbuilder "github.com/pgpilot/pgpilot-operator/internal/builder"
-	"github.com/pgpilot/pgpilot-operator/internal/instance/postgres"
+	"github.com/pgpilot/pgpilot-operator/internal/instance/agentapi"
 )
 
-// podsByClusterIndex indexes the cached pods by their cluster label, so listing one cluster's
-// pods is a lookup, not a scan of every pod the cache holds.
-const podsByClusterIndex = "pgpilot.cluster"
-
-func indexPodsByCluster(ctx context.Context, indexer client.FieldIndexer) error {
-	return indexer.IndexField(ctx, &corev1.Pod{}, podsByClusterIndex, func(obj client.Object) []string {
-		if name, ok := obj.GetLabels()[pgbuilder.ClusterLabel]; ok {
-			return []string{name}
-		}
-		return nil
-	})
+// decidePrimary settles who is primary and labels it role=primary and every other instance
+// role=replica, so that the -rw and -ro Services route to them.
+func (r *PostgresClusterReconciler) decidePrimary(ctx context.Context, s *scope) (*stop, error) {
+	primary, st := choosePrimary(s.cluster, s.observed)
+	s.primary = primary
+	if st != nil {
+		return st, nil
+	}
+	return nil, r.labelRoles(ctx, s)
 }
 
-// +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;patch
-
-// waitForBootstrap lets the stages after it run once the cluster has a primary: a pod already
-// labelled primary, or the first instance accepting connections for the first time.
-func (r *PostgresClusterReconciler) waitForBootstrap(ctx context.Context, s *scope) (ctrl.Result, error) {
-	pods := &corev1.PodList{}
-	if err := r.List(ctx, pods, client.InNamespace(s.cluster.Namespace),
-		client.MatchingFields{podsByClusterIndex: s.cluster.Name}); err != nil {
-		return ctrl.Result{}, fmt.Errorf("list pods: %w", err)
-	}
-	s.pods = pods.Items
-	s.primary = electPrimary(s)
-	if s.primary == "" {
-		s.wait("Bootstrapping", fmt.Sprintf("waiting for %s to initialise PostgreSQL and accept connections",
-			pgbuilder.InstancePodName(s.cluster, 0)))
-		return r.notYet(), nil
-	}
-	return ctrl.Result{}, nil
-}
-
-// electPrimary keeps the pod already labelled primary; before there is one, the first instance
-// becomes primary once it is ready. (Real election by the instance agent replaces the second rule.)
-func electPrimary(s *scope) string {
-	for i := range s.pods {
-		if s.pods[i].Labels[pgbuilder.RoleLabel] == pgbuilder.RolePrimary {
-			return s.pods[i].Name
+// choosePrimary is the instance whose PostgreSQL says it is primary, when the agents answered;
+// else the pod already labelled primary; else, for a new cluster, the first instance once it is
+// ready. Two instances claiming to be primary stop everything until fencing exists: relabelling
+// either could send writes to the wrong one.
+func choosePrimary(c *pgv1.PostgresCluster, o *observed) (string, *stop) {
+	labelled := ""
+	for i := range o.pods {
+		if o.pods[i].Labels[pgbuilder.RoleLabel] == pgbuilder.RolePrimary {
+			labelled = o.pods[i].Name
+			break
 		}
 	}
-	first := pgbuilder.InstancePodName(s.cluster, 0)
-	for i := range s.pods {
-		if s.pods[i].Name == first && podReady(&s.pods[i]) {
-			return first
-		}
-	}
-	return ""
-}
-
-// confirmPrimary settles who is primary — the instance whose PostgreSQL says so, when the
-// agents answered — then labels it role=primary and every other instance role=replica, so the
-// -rw and -ro Services route to them. Two instances claiming to be primary stop everything
-// until fencing exists: relabelling either could send writes to the wrong one.
-func (r *PostgresClusterReconciler) confirmPrimary(ctx context.Context, s *scope) (ctrl.Result, error) {
 	var claims []string
-	for name, status := range s.agents {
-		if status.Role == postgres.RolePrimary {
+	for name, report := range o.reports {
+		if report.Role == agentapi.RolePrimary {
 			claims = append(claims, name)
 		}
 	}
 	slices.Sort(claims)
-	switch len(claims) {
-	case 0:
-	case 1:
-		s.primary = claims[0]
-	default:
-		s.fail("MultiplePrimaries", fmt.Sprintf("instances %s all claim to be primary; pgpilot changes nothing until this is resolved",
-			strings.Join(claims, ", ")))
-		return ctrl.Result{}, nil
+	switch {
+	case len(claims) > 1:
+		return labelled, invalid("MultiplePrimaries", fmt.Sprintf(
+			"instances %s all claim to be primary; pgpilot changes nothing until this is resolved", strings.Join(claims, ", ")))
+	case len(claims) == 1:
+		return claims[0], nil
+	case labelled != "":
+		return labelled, nil
 	}
-	for i := range s.pods {
-		pod := &s.pods[i]
+	first := pgbuilder.InstancePodName(c, 0)
+	if pod := o.pod(first); pod != nil && podReady(pod) {
+		return first, nil
+	}
+	return "", waitFor("Bootstrapping", fmt.Sprintf("waiting for %s to initialise PostgreSQL and accept connections", first))
+}
+
+// labelRoles puts every instance's role on its pod.
+func (r *PostgresClusterReconciler) labelRoles(ctx context.Context, s *scope) error {
+	for i := range s.observed.pods {
+		pod := &s.observed.pods[i]
 		role := pgbuilder.RoleReplica
 		if pod.Name == s.primary {
 			role = pgbuilder.RolePrimary
@@ -102,24 +79,12 @@ func (r *PostgresClusterReconciler) confirmPrimary(ctx context.Context, s *scope
 		}
 		pod.Labels[pgbuilder.RoleLabel] = role
 		if err := r.Patch(ctx, pod, patch, client.FieldOwner(pgbuilder.FieldOwner)); err != nil {
-			return ctrl.Result{}, fmt.Errorf("label pod %s %s: %w", pod.Name, role, err)
+			return fmt.Errorf("label pod %s %s: %w", pod.Name, role, err)
 		}
 		recordWrite("Pod", "labelled")
 		if role == pgbuilder.RolePrimary {
 			r.event(s.cluster, pod, corev1.EventTypeNormal, "PrimaryElected", "Label", "Pod %s is the primary", pod.Name)
 		}
 	}
-	return ctrl.Result{}, nil
-}
-
-func podReady(pod *corev1.Pod) bool {
-	if !pod.DeletionTimestamp.IsZero() {
-		return false
-	}
-	for _, c := range pod.Status.Conditions {
-		if c.Type == corev1.PodReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
+	return nil
 }

@@ -7,7 +7,6 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
@@ -17,56 +16,55 @@ import (
 
 // +kubebuilder:rbac:groups="",resources=configmaps,verbs=get;list;watch;create;patch
 
-func (r *PostgresClusterReconciler) ensureConfigMap(ctx context.Context, s *scope) (ctrl.Result, error) {
-	return ctrl.Result{}, ensureOwned(ctx, r, s, pgbuilder.BuildConfigMap(s.cluster), &corev1.ConfigMap{})
+func (r *PostgresClusterReconciler) ensureConfigMap(ctx context.Context, s *scope) (*stop, error) {
+	return nil, ensureOwned(ctx, r, s, pgbuilder.BuildConfigMap(s.cluster), &corev1.ConfigMap{})
 }
 
 // +kubebuilder:rbac:groups=apps,resources=statefulsets,verbs=get;list;watch;create;patch;delete
 
-func (r *PostgresClusterReconciler) ensureStatefulSet(ctx context.Context, s *scope) (ctrl.Result, error) {
+func (r *PostgresClusterReconciler) ensureStatefulSet(ctx context.Context, s *scope) (*stop, error) {
 	image := s.cluster.Spec.Image
 	if image == "" {
 		image = r.DefaultImage
 	}
 	if image == "" {
-		s.fail("NoImage", "spec.image is empty and the operator has no default PostgreSQL image (RELATED_IMAGE_POSTGRES)")
-		return ctrl.Result{}, nil
+		return invalid("NoImage", "spec.image is empty and the operator has no default PostgreSQL image (RELATED_IMAGE_POSTGRES)"), nil
 	}
 	if r.AgentImage == "" {
-		s.fail("NoAgentImage", "the operator does not know its own image, which carries the instance agent (set RELATED_IMAGE_AGENT)")
-		return ctrl.Result{}, nil
+		return invalid("NoAgentImage", "the operator does not know its own image, which carries the instance agent (set RELATED_IMAGE_AGENT)"), nil
 	}
 	desired, err := pgbuilder.BuildStatefulSet(s.cluster, pgbuilder.Images{Postgres: image, Agent: r.AgentImage})
 	if err != nil {
-		s.fail("InvalidSpec", err.Error())
-		return ctrl.Result{}, nil
+		return invalid("InvalidSpec", err.Error()), nil
 	}
-	if replaced, err := r.replaceForLargerVolumes(ctx, s); err != nil || replaced {
-		return r.notYet(), err
+	if replaced, err := r.replaceForLargerVolumes(ctx, s); err != nil {
+		return nil, err
+	} else if replaced {
+		return waitFor("VolumesGrowing", "the StatefulSet was replaced to grow the volumes; waiting to create it anew"), nil
 	}
 	sts := &appsv1.StatefulSet{}
 	if err := ensureOwned(ctx, r, s, desired, sts); err != nil {
-		return ctrl.Result{}, err
+		return nil, err
 	}
 	s.statefulSet = sts
-	return ctrl.Result{}, nil
+	return nil, nil
 }
 
 // +kubebuilder:rbac:groups="",resources=services,verbs=get;list;watch;create;patch
 
-func (r *PostgresClusterReconciler) ensureServices(ctx context.Context, s *scope) (ctrl.Result, error) {
+func (r *PostgresClusterReconciler) ensureServices(ctx context.Context, s *scope) (*stop, error) {
 	for _, svc := range pgbuilder.BuildServices(s.cluster) {
 		if err := ensureOwned(ctx, r, s, svc, &corev1.Service{}); err != nil {
-			return ctrl.Result{}, err
+			return nil, err
 		}
 	}
-	return ctrl.Result{}, nil
+	return nil, nil
 }
 
 // +kubebuilder:rbac:groups=policy,resources=poddisruptionbudgets,verbs=get;list;watch;create;patch
 
-func (r *PostgresClusterReconciler) ensurePodDisruptionBudget(ctx context.Context, s *scope) (ctrl.Result, error) {
-	return ctrl.Result{}, ensureOwned(ctx, r, s, pgbuilder.BuildPodDisruptionBudget(s.cluster), &policyv1.PodDisruptionBudget{})
+func (r *PostgresClusterReconciler) ensurePodDisruptionBudget(ctx context.Context, s *scope) (*stop, error) {
+	return nil, ensureOwned(ctx, r, s, pgbuilder.BuildPodDisruptionBudget(s.cluster), &policyv1.PodDisruptionBudget{})
 }
 
 // ensureOwned applies one owned object when it differs from the cache, and notes the write.

@@ -2,62 +2,63 @@ package controller
 
 import (
 	"context"
+	"errors"
 	"fmt"
-	"net/http"
 	"slices"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
-	ctrl "sigs.k8s.io/controller-runtime"
 
-	"github.com/pgpilot/pgpilot-operator/internal/instance/agent"
-	"github.com/pgpilot/pgpilot-operator/internal/instance/postgres"
+	"github.com/pgpilot/pgpilot-operator/internal/instance/agentapi"
 )
 
 // restartPending applies settings that only take effect at start: it restarts one instance at
 // a time, replicas first and the primary last, and only while the cluster is otherwise healthy
 // (the primary writable, every replica streaming), so that a restart never stacks on a problem.
-func (r *PostgresClusterReconciler) restartPending(ctx context.Context, s *scope) (ctrl.Result, error) {
+func (r *PostgresClusterReconciler) restartPending(ctx context.Context, s *scope) (*stop, error) {
+	target := nextRestart(s.observed.reports, s.primary)
+	if target == "" {
+		return nil, nil
+	}
+	if !assessHealth(s).allReady() {
+		return waitFor("RestartWaiting", "settings wait for a restart; pgpilot restarts instances only while the cluster is healthy"), nil
+	}
+	pod := s.observed.pod(target)
+	if pod == nil {
+		return nil, nil
+	}
+	pending := strings.Join(s.observed.reports[target].PendingRestart, ", ")
+	switch err := r.agents().Restart(ctx, r.endpoint(s, pod)); {
+	case errors.Is(err, agentapi.ErrRestartInProgress):
+		// Already restarting; look again shortly.
+	case err != nil:
+		return nil, fmt.Errorf("restart %s: %w", target, err)
+	default:
+		r.event(s.cluster, pod, corev1.EventTypeNormal, "InstanceRestarted", "Restart", "Restarting %s to apply %s", target, pending)
+	}
+	return waitFor("RollingRestart", fmt.Sprintf("restarting %s to apply %s", target, pending)), nil
+}
+
+// nextRestart is the instance to restart for settings pending a restart: the first replica by
+// ordinal, the primary once no replica waits, "" when none waits.
+func nextRestart(reports map[string]*agentapi.Status, primary string) string {
 	var replicas []string
 	primaryPending := false
-	for name, status := range s.agents {
-		if len(status.PendingRestart) == 0 {
-			continue
-		}
-		if name == s.primary {
+	for name, report := range reports {
+		switch {
+		case len(report.PendingRestart) == 0:
+		case name == primary:
 			primaryPending = true
-		} else if status.Role == postgres.RoleReplica {
+		case report.Role == agentapi.RoleReplica:
 			replicas = append(replicas, name)
 		}
 	}
-	if len(replicas) == 0 && !primaryPending {
-		return ctrl.Result{}, nil
-	}
-	if !allReady(observe(s)) {
-		s.wait("RestartWaiting", "settings wait for a restart; pgpilot restarts instances only while the cluster is healthy")
-		return r.notYet(), nil
-	}
-	slices.SortFunc(replicas, compareNames)
-	target := s.primary
 	if len(replicas) > 0 {
-		target = replicas[0]
+		slices.SortFunc(replicas, compareNames)
+		return replicas[0]
 	}
-	pod := s.pod(target)
-	if pod == nil {
-		return ctrl.Result{}, nil
+	if primaryPending {
+		return primary
 	}
-	pending := s.agents[target].PendingRestart
-	switch code, err := r.callAgent(ctx, pod, s.agentToken, http.MethodPost, agent.PathRestart, nil, nil); {
-	case err != nil:
-		return ctrl.Result{}, fmt.Errorf("restart %s: %w", target, err)
-	case code == http.StatusConflict:
-		// Already restarting; look again shortly.
-	case code != http.StatusAccepted:
-		return ctrl.Result{}, fmt.Errorf("restart %s: agent answered %d", target, code)
-	default:
-		r.event(s.cluster, pod, corev1.EventTypeNormal, "InstanceRestarted", "Restart",
-			"Restarting %s to apply %s", target, strings.Join(pending, ", "))
-	}
-	s.wait("RollingRestart", fmt.Sprintf("restarting %s to apply %s", target, strings.Join(pending, ", ")))
-	return r.notYet(), nil
+	return ""
 }

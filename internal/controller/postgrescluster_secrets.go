@@ -7,7 +7,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	pgbuilder "github.com/pgpilot/pgpilot-operator/internal/builder"
@@ -17,7 +16,7 @@ import (
 
 // ensureSecrets creates each missing credential Secret once, with a password from crypto/rand.
 // Existing Secrets are never rewritten, and a user-supplied application Secret is only checked.
-func (r *PostgresClusterReconciler) ensureSecrets(ctx context.Context, s *scope) (ctrl.Result, error) {
+func (r *PostgresClusterReconciler) ensureSecrets(ctx context.Context, s *scope) (*stop, error) {
 	c := s.cluster
 	for _, cred := range pgbuilder.GeneratedCredentials(c) {
 		err := r.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: cred.SecretName}, &corev1.Secret{})
@@ -25,7 +24,7 @@ func (r *PostgresClusterReconciler) ensureSecrets(ctx context.Context, s *scope)
 			continue
 		}
 		if !apierrors.IsNotFound(err) {
-			return ctrl.Result{}, fmt.Errorf("get secret %s: %w", cred.SecretName, err)
+			return nil, fmt.Errorf("get secret %s: %w", cred.SecretName, err)
 		}
 		secret := pgbuilder.BuildCredentialSecret(c, cred, rand.Text())
 		// Create, not apply: if the cache was merely stale, AlreadyExists keeps the old password.
@@ -33,7 +32,7 @@ func (r *PostgresClusterReconciler) ensureSecrets(ctx context.Context, s *scope)
 		case apierrors.IsAlreadyExists(err):
 			continue
 		case err != nil:
-			return ctrl.Result{}, fmt.Errorf("create secret %s: %w", cred.SecretName, err)
+			return nil, fmt.Errorf("create secret %s: %w", cred.SecretName, err)
 		}
 		recordWrite("Secret", "created")
 		s.created = append(s.created, "Secret "+cred.SecretName)
@@ -41,27 +40,25 @@ func (r *PostgresClusterReconciler) ensureSecrets(ctx context.Context, s *scope)
 	if pgbuilder.UsesUserAppSecret(c) {
 		return r.checkUserSecret(ctx, s)
 	}
-	return ctrl.Result{}, nil
+	return nil, nil
 }
 
 // checkUserSecret verifies the application Secret the user supplied. It is not labelled for
 // pgpilot, so it is outside the cache and read from the API server directly.
-func (r *PostgresClusterReconciler) checkUserSecret(ctx context.Context, s *scope) (ctrl.Result, error) {
+func (r *PostgresClusterReconciler) checkUserSecret(ctx context.Context, s *scope) (*stop, error) {
 	name := pgbuilder.AppSecretName(s.cluster)
 	secret := &corev1.Secret{}
 	err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: s.cluster.Namespace, Name: name}, secret)
 	if apierrors.IsNotFound(err) {
-		s.fail("AppSecretNotFound", fmt.Sprintf("spec.bootstrap.initdb.secret: Secret %q does not exist", name))
-		return r.notYet(), nil
+		return invalidUntilFixed("AppSecretNotFound", fmt.Sprintf("spec.bootstrap.initdb.secret: Secret %q does not exist", name)), nil
 	}
 	if err != nil {
-		return ctrl.Result{}, fmt.Errorf("get secret %s: %w", name, err)
+		return nil, fmt.Errorf("get secret %s: %w", name, err)
 	}
 	for _, key := range []string{corev1.BasicAuthUsernameKey, corev1.BasicAuthPasswordKey} {
 		if len(secret.Data[key]) == 0 {
-			s.fail("AppSecretInvalid", fmt.Sprintf("spec.bootstrap.initdb.secret: Secret %q has no %q key", name, key))
-			return r.notYet(), nil
+			return invalidUntilFixed("AppSecretInvalid", fmt.Sprintf("spec.bootstrap.initdb.secret: Secret %q has no %q key", name, key)), nil
 		}
 	}
-	return ctrl.Result{}, nil
+	return nil, nil
 }

@@ -3,58 +3,51 @@ package controller
 import (
 	"context"
 	"fmt"
-	"net/http"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
-	ctrl "sigs.k8s.io/controller-runtime"
 
+	pgv1 "github.com/pgpilot/pgpilot-operator/api/v1alpha1"
 	pgbuilder "github.com/pgpilot/pgpilot-operator/internal/builder"
-	"github.com/pgpilot/pgpilot-operator/internal/instance/agent"
+	"github.com/pgpilot/pgpilot-operator/internal/instance/agentapi"
 )
 
 // dropRemovedSlots asks the primary's agent to drop the replication slots of instances the
-// cluster scaled away: unused, they would keep WAL on the primary forever. Slots of instances
-// within spec.instances are kept even while their pod is gone, as it comes back to use them.
-func (r *PostgresClusterReconciler) dropRemovedSlots(ctx context.Context, s *scope) (ctrl.Result, error) {
-	primary := s.agents[s.primary]
+// cluster scaled away: unused, they would keep WAL on the primary forever.
+func (r *PostgresClusterReconciler) dropRemovedSlots(ctx context.Context, s *scope) (*stop, error) {
+	removed := removedSlots(s.cluster, s.observed.reports[s.primary])
+	pod := s.observed.pod(s.primary)
+	if len(removed) == 0 || pod == nil {
+		return nil, nil
+	}
+	dropped, err := r.agents().DropSlots(ctx, r.endpoint(s, pod), removed)
+	if err != nil {
+		return nil, fmt.Errorf("drop replication slots %v on %s: %w", removed, s.primary, err)
+	}
+	if len(dropped) > 0 {
+		r.event(s.cluster, pod, corev1.EventTypeNormal, "ReplicationSlotsDropped", "Scale",
+			"Dropped replication slots %s of removed instances on %s", strings.Join(dropped, ", "), s.primary)
+	}
+	return nil, nil
+}
+
+// removedSlots are the primary's inactive slots of this cluster's instances beyond
+// spec.instances. Slots of instances within it are kept even while their pod is gone, as it
+// comes back to use them.
+func removedSlots(c *pgv1.PostgresCluster, primary *agentapi.Status) []string {
 	if primary == nil {
-		return ctrl.Result{}, nil
+		return nil
 	}
 	wanted := map[string]bool{}
-	for i := range int(s.cluster.Spec.Instances) {
-		wanted[agent.SlotName(pgbuilder.InstancePodName(s.cluster, i))] = true
+	for i := range int(c.Spec.Instances) {
+		wanted[agentapi.SlotName(pgbuilder.InstancePodName(c, i))] = true
 	}
-	ours := agent.SlotName(pgbuilder.StatefulSetName(s.cluster) + "-")
+	ours := agentapi.SlotName(pgbuilder.StatefulSetName(c) + "-")
 	var removed []string
 	for _, slot := range primary.Slots {
 		if !slot.Active && strings.HasPrefix(slot.Name, ours) && !wanted[slot.Name] {
 			removed = append(removed, slot.Name)
 		}
 	}
-	if len(removed) == 0 {
-		return ctrl.Result{}, nil
-	}
-	pod := s.pod(s.primary)
-	if pod == nil {
-		return ctrl.Result{}, nil
-	}
-	dropped, err := r.dropSlots(ctx, pod, s.agentToken, removed)
-	if err != nil {
-		return ctrl.Result{}, fmt.Errorf("drop replication slots %v on %s: %w", removed, s.primary, err)
-	}
-	if len(dropped) > 0 {
-		r.event(s.cluster, pod, corev1.EventTypeNormal, "ReplicationSlotsDropped", "Scale",
-			"Dropped replication slots %s of removed instances on %s", strings.Join(dropped, ", "), s.primary)
-	}
-	return ctrl.Result{}, nil
-}
-
-func (r *PostgresClusterReconciler) dropSlots(ctx context.Context, pod *corev1.Pod, token string, slots []string) ([]string, error) {
-	var answer agent.DropSlotsRequest
-	code, err := r.callAgent(ctx, pod, token, http.MethodPost, agent.PathDropSlots, agent.DropSlotsRequest{Slots: slots}, &answer)
-	if err == nil && code != http.StatusOK {
-		err = fmt.Errorf("agent answered %d", code)
-	}
-	return answer.Slots, err
+	return removed
 }

@@ -7,14 +7,13 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	pgv1 "github.com/pgpilot/pgpilot-operator/api/v1alpha1"
-	"github.com/pgpilot/pgpilot-operator/internal/instance/postgres"
+	"github.com/pgpilot/pgpilot-operator/internal/instance/agentapi"
 	"github.com/pgpilot/pgpilot-operator/internal/version"
 )
 
-// observation is what one reconcile saw, the only input of the status.
-type observation struct {
-	generation     int64
-	operator       string // the version reconciling
+// health is how the instances are, from what was observed and the primary decided: what the
+// status reports and what a restart waits for.
+type health struct {
 	desired        int32
 	instances      int32
 	readyInstances int32
@@ -24,53 +23,94 @@ type observation struct {
 	primaryWritable bool
 	// streamingReplicas is how many replicas' agents say they stream from the primary.
 	streamingReplicas int32
+}
+
+func assessHealth(s *scope) health {
+	h := health{desired: s.cluster.Spec.Instances, primary: s.primary}
+	if s.statefulSet != nil {
+		h.instances = s.statefulSet.Status.Replicas
+		h.readyInstances = s.statefulSet.Status.ReadyReplicas
+	} else {
+		// The chain stopped before the StatefulSet stage; keep what was last observed.
+		h.instances, h.readyInstances = s.cluster.Status.Instances, s.cluster.Status.ReadyInstances
+	}
+	if h.primary == "" && s.failure != nil {
+		h.primary = s.cluster.Status.CurrentPrimary
+	}
+	if pod := s.observed.pod(h.primary); pod != nil {
+		h.primaryReady = podReady(pod)
+	}
+	for name, report := range s.observed.reports {
+		switch {
+		case name == h.primary && report.Role == agentapi.RolePrimary:
+			h.primaryWritable = true
+		case name != h.primary && report.Role == agentapi.RoleReplica && report.Streaming:
+			h.streamingReplicas++
+		}
+	}
+	return h
+}
+
+// allReady: the primary accepts writes and every replica is ready and streams from it.
+func (h health) allReady() bool {
+	return h.primaryReady && h.primaryWritable && h.instances == h.desired && h.readyInstances == h.desired &&
+		h.streamingReplicas == h.desired-1
+}
+
+// summary is what one reconcile saw and decided, the only input of the status.
+type summary struct {
+	health
+	generation int64
+	operator   string // the version reconciling
 	// instancesStatus is what the agents said, nil when they were not asked.
 	instancesStatus []pgv1.InstanceStatus
 	waiting         *reasonMessage
 	failure         *reasonMessage
 }
 
-func observe(s *scope) observation {
-	o := observation{
-		generation: s.cluster.Generation,
-		operator:   version.Version,
-		desired:    s.cluster.Spec.Instances,
-		primary:    s.primary,
-		waiting:    s.waiting,
-		failure:    s.failure,
+func summarize(s *scope) summary {
+	return summary{
+		health:          assessHealth(s),
+		generation:      s.cluster.Generation,
+		operator:        version.Version,
+		instancesStatus: instancesStatus(s.observed),
+		waiting:         s.waiting,
+		failure:         s.failure,
 	}
-	if s.statefulSet != nil {
-		o.instances = s.statefulSet.Status.Replicas
-		o.readyInstances = s.statefulSet.Status.ReadyReplicas
-	} else {
-		// The chain stopped before the StatefulSet stage; keep what was last observed.
-		o.instances, o.readyInstances = s.cluster.Status.Instances, s.cluster.Status.ReadyInstances
+}
+
+// instancesStatus is each instance as its agent reported it, and its lag as the primary sees it.
+func instancesStatus(o *observed) []pgv1.InstanceStatus {
+	if o.reports == nil {
+		return nil
 	}
-	if o.primary == "" && s.failure != nil {
-		o.primary = s.cluster.Status.CurrentPrimary
-	}
-	for i := range s.pods {
-		if s.pods[i].Name == o.primary {
-			o.primaryReady = podReady(&s.pods[i])
-		}
-	}
-	if s.agents != nil {
-		o.instancesStatus = s.instances
-		for name, st := range s.agents {
-			switch {
-			case name == o.primary && st.Role == postgres.RolePrimary:
-				o.primaryWritable = true
-			case name != o.primary && st.Role == postgres.RoleReplica && st.Streaming:
-				o.streamingReplicas++
+	statuses := make([]pgv1.InstanceStatus, 0, len(o.pods))
+	for i := range o.pods {
+		st := pgv1.InstanceStatus{Name: o.pods[i].Name, Ready: podReady(&o.pods[i]), Error: o.failures[o.pods[i].Name]}
+		if own, ok := o.reports[st.Name]; ok {
+			st.Role, st.Timeline, st.Streaming = own.Role, own.Timeline, own.Streaming
+			st.PendingRestart = own.PendingRestart
+			st.LSN = own.CurrentLSN
+			if own.Role == agentapi.RoleReplica {
+				st.LSN = own.ReplayLSN
 			}
 		}
+		for _, other := range o.reports {
+			for _, replica := range other.Replicas {
+				if replica.ApplicationName == st.Name {
+					lag := replica.LagBytes
+					st.LagBytes = &lag
+				}
+			}
+		}
+		statuses = append(statuses, st)
 	}
-	return o
+	return statuses
 }
 
 // computeStatus turns an observation into the cluster's status. Conditions keep their
 // lastTransitionTime unless their status flips (meta.SetStatusCondition).
-func computeStatus(status *pgv1.PostgresClusterStatus, o observation) {
+func computeStatus(status *pgv1.PostgresClusterStatus, o summary) {
 	status.Instances = o.instances
 	status.ReadyInstances = o.readyInstances
 	status.CurrentPrimary = o.primary
@@ -87,13 +127,7 @@ func computeStatus(status *pgv1.PostgresClusterStatus, o observation) {
 	status.Phase = phase(o)
 }
 
-// allReady: the primary accepts writes and every replica is ready and streams from it.
-func allReady(o observation) bool {
-	return o.primaryReady && o.primaryWritable && o.instances == o.desired && o.readyInstances == o.desired &&
-		o.streamingReplicas == o.desired-1
-}
-
-func setDegradedCondition(status *pgv1.PostgresClusterStatus, o observation) {
+func setDegradedCondition(status *pgv1.PostgresClusterStatus, o summary) {
 	c := metav1.Condition{Type: pgv1.ConditionDegraded, Status: metav1.ConditionFalse,
 		Reason: "AsExpected", Message: "no problem found", ObservedGeneration: o.generation}
 	switch {
@@ -106,10 +140,10 @@ func setDegradedCondition(status *pgv1.PostgresClusterStatus, o observation) {
 	meta.SetStatusCondition(&status.Conditions, c)
 }
 
-func setReadyCondition(status *pgv1.PostgresClusterStatus, o observation) {
+func setReadyCondition(status *pgv1.PostgresClusterStatus, o summary) {
 	c := metav1.Condition{Type: pgv1.ConditionReady, Status: metav1.ConditionFalse, ObservedGeneration: o.generation}
 	switch {
-	case allReady(o):
+	case o.allReady():
 		c.Status, c.Reason = metav1.ConditionTrue, "ClusterReady"
 		c.Message = fmt.Sprintf("primary %s accepts connections and all %d instances are ready", o.primary, o.desired)
 	case o.primary == "":
@@ -128,7 +162,7 @@ func setReadyCondition(status *pgv1.PostgresClusterStatus, o observation) {
 	meta.SetStatusCondition(&status.Conditions, c)
 }
 
-func setProgressingCondition(status *pgv1.PostgresClusterStatus, o observation) {
+func setProgressingCondition(status *pgv1.PostgresClusterStatus, o summary) {
 	c := metav1.Condition{Type: pgv1.ConditionProgressing, Status: metav1.ConditionTrue, ObservedGeneration: o.generation}
 	switch {
 	case o.failure != nil:
@@ -136,7 +170,7 @@ func setProgressingCondition(status *pgv1.PostgresClusterStatus, o observation) 
 	case o.waiting != nil:
 		// A wait even on a ready cluster (a rolling restart) is progress the user should see.
 		c.Reason, c.Message = o.waiting.reason, o.waiting.message
-	case allReady(o):
+	case o.allReady():
 		c.Status, c.Reason, c.Message = metav1.ConditionFalse, "Reconciled", "the cluster matches its spec"
 	default:
 		c.Reason = "Scaling"
@@ -145,11 +179,11 @@ func setProgressingCondition(status *pgv1.PostgresClusterStatus, o observation) 
 	meta.SetStatusCondition(&status.Conditions, c)
 }
 
-func phase(o observation) pgv1.Phase {
+func phase(o summary) pgv1.Phase {
 	switch {
 	case o.failure != nil || (o.primary != "" && !o.primaryReady):
 		return pgv1.PhaseDegraded
-	case allReady(o):
+	case o.allReady():
 		return pgv1.PhaseReady
 	case o.primary == "" && o.instances == 0:
 		return pgv1.PhasePending

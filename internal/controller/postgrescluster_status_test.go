@@ -22,7 +22,7 @@ func TestComputeStatus(t *testing.T) {
 	noProblem := wantStatusCondition{metav1.ConditionFalse, "AsExpected", "no problem found"}
 	tests := []struct {
 		name            string
-		obs             observation
+		obs             summary
 		wantPhase       pgv1.Phase
 		wantObservedGen int64
 		wantReady       wantStatusCondition
@@ -31,7 +31,7 @@ func TestComputeStatus(t *testing.T) {
 	}{
 		{
 			name:            "no primary and no instances is pending",
-			obs:             observation{desired: 3},
+			obs:             summary{health: health{desired: 3}},
 			wantPhase:       pgv1.PhasePending,
 			wantObservedGen: generation,
 			wantReady:       wantStatusCondition{metav1.ConditionFalse, "NoPrimary", "the cluster has no primary yet"},
@@ -39,9 +39,8 @@ func TestComputeStatus(t *testing.T) {
 			wantDegraded:    noProblem,
 		},
 		{
-			name: "no primary with instances is bootstrapping and says what it waits for",
-			obs: observation{desired: 3, instances: 1,
-				waiting: &reasonMessage{reason: "WaitingForPrimary", message: "waiting for db-0 to initialise"}},
+			name:            "no primary with instances is bootstrapping and says what it waits for",
+			obs:             summary{health: health{desired: 3, instances: 1}, waiting: &reasonMessage{reason: "WaitingForPrimary", message: "waiting for db-0 to initialise"}},
 			wantPhase:       pgv1.PhaseBootstrapping,
 			wantObservedGen: generation,
 			wantReady:       wantStatusCondition{metav1.ConditionFalse, "NoPrimary", "the cluster has no primary yet"},
@@ -50,7 +49,7 @@ func TestComputeStatus(t *testing.T) {
 		},
 		{
 			name:            "primary and every instance ready",
-			obs:             observation{desired: 3, instances: 3, readyInstances: 3, primary: "db-0", primaryReady: true, primaryWritable: true, streamingReplicas: 2},
+			obs:             summary{health: health{desired: 3, instances: 3, readyInstances: 3, primary: "db-0", primaryReady: true, primaryWritable: true, streamingReplicas: 2}},
 			wantPhase:       pgv1.PhaseReady,
 			wantObservedGen: generation,
 			wantReady:       wantStatusCondition{metav1.ConditionTrue, "ClusterReady", "primary db-0 accepts connections and all 3 instances are ready"},
@@ -58,9 +57,8 @@ func TestComputeStatus(t *testing.T) {
 			wantDegraded:    noProblem,
 		},
 		{
-			name: "a ready cluster that waits (rolling restart) is ready and progressing",
-			obs: observation{desired: 1, instances: 1, readyInstances: 1, primary: "db-0", primaryReady: true, primaryWritable: true, streamingReplicas: 0,
-				waiting: &reasonMessage{reason: "RollingRestart", message: "restarting db-0 to apply shared_buffers"}},
+			name:            "a ready cluster that waits (rolling restart) is ready and progressing",
+			obs:             summary{health: health{desired: 1, instances: 1, readyInstances: 1, primary: "db-0", primaryReady: true, primaryWritable: true, streamingReplicas: 0}, waiting: &reasonMessage{reason: "RollingRestart", message: "restarting db-0 to apply shared_buffers"}},
 			wantPhase:       pgv1.PhaseReady,
 			wantObservedGen: generation,
 			wantReady:       wantStatusCondition{metav1.ConditionTrue, "ClusterReady", "primary db-0 accepts connections and all 1 instances are ready"},
@@ -69,7 +67,7 @@ func TestComputeStatus(t *testing.T) {
 		},
 		{
 			name:            "primary ready, two of three instances ready is scaling",
-			obs:             observation{desired: 3, instances: 3, readyInstances: 2, primary: "db-0", primaryReady: true, primaryWritable: true, streamingReplicas: 1},
+			obs:             summary{health: health{desired: 3, instances: 3, readyInstances: 2, primary: "db-0", primaryReady: true, primaryWritable: true, streamingReplicas: 1}},
 			wantPhase:       pgv1.PhaseScaling,
 			wantObservedGen: generation,
 			wantReady:       wantStatusCondition{metav1.ConditionFalse, "InstancesNotReady", "2 of 3 instances ready"},
@@ -78,7 +76,7 @@ func TestComputeStatus(t *testing.T) {
 		},
 		{
 			name:            "every pod ready but the primary's agent has not confirmed it is writable",
-			obs:             observation{desired: 2, instances: 2, readyInstances: 2, primary: "db-0", primaryReady: true, streamingReplicas: 1},
+			obs:             summary{health: health{desired: 2, instances: 2, readyInstances: 2, primary: "db-0", primaryReady: true, streamingReplicas: 1}},
 			wantPhase:       pgv1.PhaseScaling,
 			wantObservedGen: generation,
 			wantReady:       wantStatusCondition{metav1.ConditionFalse, "PrimaryNotConfirmed", "the agent of db-0 has not confirmed it is a writable primary"},
@@ -87,7 +85,7 @@ func TestComputeStatus(t *testing.T) {
 		},
 		{
 			name:            "every pod ready but a replica does not stream",
-			obs:             observation{desired: 3, instances: 3, readyInstances: 3, primary: "db-0", primaryReady: true, primaryWritable: true, streamingReplicas: 1},
+			obs:             summary{health: health{desired: 3, instances: 3, readyInstances: 3, primary: "db-0", primaryReady: true, primaryWritable: true, streamingReplicas: 1}},
 			wantPhase:       pgv1.PhaseScaling,
 			wantObservedGen: generation,
 			wantReady:       wantStatusCondition{metav1.ConditionFalse, "ReplicasNotStreaming", "1 of 2 replicas stream from the primary"},
@@ -96,7 +94,7 @@ func TestComputeStatus(t *testing.T) {
 		},
 		{
 			name:            "fewer instances than desired is scaling",
-			obs:             observation{desired: 3, instances: 2, readyInstances: 2, primary: "db-0", primaryReady: true, primaryWritable: true, streamingReplicas: 1},
+			obs:             summary{health: health{desired: 3, instances: 2, readyInstances: 2, primary: "db-0", primaryReady: true, primaryWritable: true, streamingReplicas: 1}},
 			wantPhase:       pgv1.PhaseScaling,
 			wantObservedGen: generation,
 			wantReady:       wantStatusCondition{metav1.ConditionFalse, "InstancesNotReady", "2 of 3 instances ready"},
@@ -105,7 +103,7 @@ func TestComputeStatus(t *testing.T) {
 		},
 		{
 			name:            "primary not ready is degraded",
-			obs:             observation{desired: 3, instances: 3, readyInstances: 2, primary: "db-0"},
+			obs:             summary{health: health{desired: 3, instances: 3, readyInstances: 2, primary: "db-0"}},
 			wantPhase:       pgv1.PhaseDegraded,
 			wantObservedGen: generation,
 			wantReady:       wantStatusCondition{metav1.ConditionFalse, "PrimaryNotReady", "primary db-0 does not accept connections"},
@@ -113,9 +111,8 @@ func TestComputeStatus(t *testing.T) {
 			wantDegraded:    wantStatusCondition{metav1.ConditionTrue, "PrimaryNotReady", "primary db-0 does not accept connections"},
 		},
 		{
-			name: "failure is degraded, stops progressing and keeps the observed generation",
-			obs: observation{desired: 3, instances: 3, readyInstances: 3, primary: "db-0", primaryReady: true, primaryWritable: true, streamingReplicas: 2,
-				failure: &reasonMessage{reason: "NoImage", message: "spec.image is empty"}},
+			name:            "failure is degraded, stops progressing and keeps the observed generation",
+			obs:             summary{health: health{desired: 3, instances: 3, readyInstances: 3, primary: "db-0", primaryReady: true, primaryWritable: true, streamingReplicas: 2}, failure: &reasonMessage{reason: "NoImage", message: "spec.image is empty"}},
 			wantPhase:       pgv1.PhaseDegraded,
 			wantObservedGen: previousGeneration,
 			wantReady:       wantStatusCondition{metav1.ConditionTrue, "ClusterReady", "primary db-0 accepts connections and all 3 instances are ready"},
@@ -123,10 +120,8 @@ func TestComputeStatus(t *testing.T) {
 			wantDegraded:    wantStatusCondition{metav1.ConditionTrue, "NoImage", "spec.image is empty"},
 		},
 		{
-			name: "failure wins over a waiting reason",
-			obs: observation{desired: 3, instances: 1,
-				waiting: &reasonMessage{reason: "WaitingForPrimary", message: "waiting"},
-				failure: &reasonMessage{reason: "AppSecretNotFound", message: "Secret \"x\" does not exist"}},
+			name:            "failure wins over a waiting reason",
+			obs:             summary{health: health{desired: 3, instances: 1}, waiting: &reasonMessage{reason: "WaitingForPrimary", message: "waiting"}, failure: &reasonMessage{reason: "AppSecretNotFound", message: "Secret \"x\" does not exist"}},
 			wantPhase:       pgv1.PhaseDegraded,
 			wantObservedGen: previousGeneration,
 			wantReady:       wantStatusCondition{metav1.ConditionFalse, "NoPrimary", "the cluster has no primary yet"},
@@ -179,13 +174,13 @@ func TestComputeStatus(t *testing.T) {
 
 func TestComputeStatusLastTransitionTime(t *testing.T) {
 	old := metav1.NewTime(time.Date(2020, 1, 2, 3, 4, 5, 0, time.UTC))
-	allReady := observation{generation: 1, desired: 3, instances: 3, readyInstances: 3, primary: "db-0", primaryReady: true, primaryWritable: true, streamingReplicas: 2}
+	allReady := summary{health: health{desired: 3, instances: 3, readyInstances: 3, primary: "db-0", primaryReady: true, primaryWritable: true, streamingReplicas: 2}, generation: 1}
 	scaling := allReady
 	scaling.readyInstances = 2
 
 	tests := []struct {
 		name      string
-		second    observation
+		second    summary
 		wantMoved map[string]bool
 	}{
 		{

@@ -22,7 +22,7 @@ import (
 // previous reconcile already wrote; it reports stale instead. reconcileErr is already recorded
 // in the scope.
 func (r *PostgresClusterReconciler) updateStatus(ctx context.Context, s *scope, reconcileErr error) (stale bool, err error) {
-	computeStatus(&s.cluster.Status, observe(s))
+	computeStatus(&s.cluster.Status, summarize(s))
 	if equality.Semantic.DeepEqual(s.original.Status, s.cluster.Status) {
 		return false, nil
 	}

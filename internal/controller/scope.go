@@ -5,23 +5,20 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	pgv1 "github.com/pgpilot/pgpilot-operator/api/v1alpha1"
-	"github.com/pgpilot/pgpilot-operator/internal/instance/postgres"
+	"github.com/pgpilot/pgpilot-operator/internal/instance/agentapi"
 )
 
-// scope is what the stages of one reconcile share: the cluster and what they observed.
+// scope is what the stages of one reconcile share. The ensure stages fill statefulSet, the
+// observe stage fills observed, and the decide stages only read those and set primary.
 type scope struct {
 	cluster *pgv1.PostgresCluster
 	// original is the cluster as read, the base of the status patch.
 	original *pgv1.PostgresCluster
 
 	statefulSet *appsv1.StatefulSet
-	pods        []corev1.Pod
-	primary     string
-	// agents holds what each instance's agent reported, by pod name; instances is the
-	// status.instancesStatus built from it.
-	agents     map[string]*postgres.Status
-	agentToken string
-	instances  []pgv1.InstanceStatus
+	observed    *observed
+	// primary is the instance decided to be primary, "" before there is one.
+	primary string
 	// waiting says why the cluster is not there yet (condition reason and message).
 	waiting *reasonMessage
 	// failure says why the cluster cannot proceed: bad input or an error.
@@ -31,28 +28,62 @@ type scope struct {
 	created, updated []string
 }
 
+// observed is what the instances look like now: read once per reconcile, before any decision.
+type observed struct {
+	// pods are the cluster's instance pods, as cached.
+	pods []corev1.Pod
+	// token is the agents' bearer token; empty while the cache has not seen its Secret.
+	token string
+	// reports are the agents' answers by pod name, and failures why an agent did not answer;
+	// both are nil when the agents were not asked (no token yet).
+	reports  map[string]*agentapi.Status
+	failures map[string]string
+}
+
 type reasonMessage struct {
 	reason, message string
 }
 
 func newScope(cluster *pgv1.PostgresCluster) *scope {
-	return &scope{cluster: cluster, original: cluster.DeepCopy()}
-}
-
-func (s *scope) fail(reason, message string) {
-	s.failure = &reasonMessage{reason: reason, message: message}
-}
-
-func (s *scope) wait(reason, message string) {
-	s.waiting = &reasonMessage{reason: reason, message: message}
+	return &scope{cluster: cluster, original: cluster.DeepCopy(), observed: &observed{}}
 }
 
 // pod is the instance pod named name, or nil.
-func (s *scope) pod(name string) *corev1.Pod {
-	for i := range s.pods {
-		if s.pods[i].Name == name {
-			return &s.pods[i]
+func (o *observed) pod(name string) *corev1.Pod {
+	for i := range o.pods {
+		if o.pods[i].Name == name {
+			return &o.pods[i]
 		}
 	}
 	return nil
+}
+
+// endpoint is how the operator reaches the agent of pod.
+func (r *PostgresClusterReconciler) endpoint(s *scope, pod *corev1.Pod) agentapi.Endpoint {
+	return agentapi.Endpoint{Address: r.agentAddress(pod), Token: s.observed.token}
+}
+
+// stop ends a reconcile before its later stages: the cluster waits for something, or its spec
+// or inputs are invalid (failed). It is the one way a stage says "not yet".
+type stop struct {
+	reasonMessage
+	failed bool
+	// retry looks again after the requeue interval; otherwise only a watch event (a spec
+	// change, a child's change) or the periodic health check brings the next reconcile.
+	retry bool
+}
+
+// waitFor: the cluster is on its way; look again soon.
+func waitFor(reason, message string) *stop {
+	return &stop{reasonMessage: reasonMessage{reason, message}, retry: true}
+}
+
+// invalid: the spec cannot be carried out; a change of it brings the next reconcile.
+func invalid(reason, message string) *stop {
+	return &stop{reasonMessage: reasonMessage{reason, message}, failed: true}
+}
+
+// invalidUntilFixed: an input outside the cache (no watch) is wrong; look again soon.
+func invalidUntilFixed(reason, message string) *stop {
+	return &stop{reasonMessage: reasonMessage{reason, message}, failed: true, retry: true}
 }

@@ -16,6 +16,7 @@ import (
 
 	pgv1 "github.com/pgpilot/pgpilot-operator/api/v1alpha1"
 	pgbuilder "github.com/pgpilot/pgpilot-operator/internal/builder"
+	"github.com/pgpilot/pgpilot-operator/internal/instance/agentapi"
 )
 
 const (
@@ -128,7 +129,7 @@ func churnApplied(ctx context.Context, c client.Client, n int) (bool, error) {
 	}
 	applied := 0
 	for _, cm := range cms.Items {
-		if strings.Contains(cm.Data[pgbuilder.PostgresqlConfKey], churnParameter) {
+		if strings.Contains(cm.Data[agentapi.PostgresqlConfFile], churnParameter) {
 			applied++
 		}
 	}

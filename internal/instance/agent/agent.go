@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"errors"
@@ -9,37 +10,54 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"regexp"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/go-logr/logr"
+	"github.com/jackc/pgx/v5"
 
+	"github.com/pgpilot/pgpilot-operator/internal/instance/agentapi"
 	"github.com/pgpilot/pgpilot-operator/internal/instance/postgres"
 )
 
-// Config is what the StatefulSet tells the agent through its environment.
-type Config struct {
-	PodName        string
-	InitialPrimary string // the pod that runs initdb when the cluster is new
-	PrimaryHost    string // where standbys clone and stream from (the -rw Service)
-	PrimaryPort    int
-	ConfigFiles    []string // watched; a change is applied with a reload
-	ListenAddress  string   // the HTTP API
-	Token          string
-	Superuser      string
-	SuperuserPass  string
-	Roles          postgres.Roles
-	ShutdownGrace  time.Duration
+// Options tune the agent itself; they are not part of the pod's contract.
+type Options struct {
+	// ListenAddress of the HTTP API; empty means every address on Config.AgentPort.
+	ListenAddress string
+	// ShutdownGrace is how long a fast shutdown may take before an immediate one.
+	ShutdownGrace time.Duration
+	// ConfigInterval is how often the configuration files are checked for changes.
 	ConfigInterval time.Duration
 	// CloneRetry is the first delay between clone attempts; it grows to 30s.
 	CloneRetry time.Duration
 }
 
+// DefaultOptions fit a pod whose terminationGracePeriodSeconds is 60.
+func DefaultOptions() Options {
+	return Options{ShutdownGrace: 50 * time.Second, ConfigInterval: 5 * time.Second, CloneRetry: 2 * time.Second}
+}
+
+// NewInstance is the local PostgreSQL server as the pod's environment describes it. The agent
+// alone sets where the data, the pg_hba.conf, the socket and the port are; the operator's
+// postgresql.conf leaves them out.
+func NewInstance(c agentapi.Config) *postgres.Instance {
+	return &postgres.Instance{
+		BinDir:     c.BinDir,
+		DataDir:    c.DataDir,
+		ConfigFile: c.PostgresqlConfPath(),
+		Settings: map[string]string{
+			"data_directory": c.DataDir,
+			"hba_file":       c.HBAConfPath(),
+		},
+		Port:      c.PostgresPort,
+		SocketDir: c.SocketDir,
+	}
+}
+
 // Agent supervises one PostgreSQL instance.
 type Agent struct {
-	Config   Config
+	Config   agentapi.Config
+	Options  Options
 	Instance *postgres.Instance
 	Log      logr.Logger
 	// restartMu makes restarts one at a time.
@@ -60,29 +78,29 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	if a.isPrimary() {
 		if err := a.ensureRoles(ctx); err != nil {
-			_ = a.Instance.Stop(a.Config.ShutdownGrace)
+			_ = a.Instance.Stop(a.Options.ShutdownGrace)
 			return err
 		}
 	}
-	server := &http.Server{Addr: a.Config.ListenAddress, Handler: NewHandler(a, a.Config.Token),
-		ReadHeaderTimeout: 5 * time.Second}
-	listener, err := net.Listen("tcp", a.Config.ListenAddress)
+	address := cmp.Or(a.Options.ListenAddress, a.Config.ListenAddress())
+	server := &http.Server{Handler: NewHandler(a, a.Config.Credentials.AgentToken), ReadHeaderTimeout: 5 * time.Second}
+	listener, err := net.Listen("tcp", address)
 	if err != nil {
-		_ = a.Instance.Stop(a.Config.ShutdownGrace)
-		return fmt.Errorf("listen %s: %w", a.Config.ListenAddress, err)
+		_ = a.Instance.Stop(a.Options.ShutdownGrace)
+		return fmt.Errorf("listen %s: %w", address, err)
 	}
 	go func() { _ = server.Serve(listener) }()
 	defer func() { _ = server.Close() }()
 	a.Log.Info("postgres started", "primary", a.isPrimary(), "api", listener.Addr().String())
 
-	ticker := time.NewTicker(a.Config.ConfigInterval)
+	ticker := time.NewTicker(a.Options.ConfigInterval)
 	defer ticker.Stop()
 	lastConfig := a.configHash()
 	for {
 		select {
 		case <-ctx.Done():
-			a.Log.Info("stopping postgres", "grace", a.Config.ShutdownGrace)
-			return a.Instance.Stop(a.Config.ShutdownGrace)
+			a.Log.Info("stopping postgres", "grace", a.Options.ShutdownGrace)
+			return a.Instance.Stop(a.Options.ShutdownGrace)
 		case <-a.Instance.Exited():
 			// A restart the operator asked for holds restartMu until the new postmaster runs.
 			a.restartMu.Lock()
@@ -110,14 +128,14 @@ func (a *Agent) Run(ctx context.Context) error {
 func (a *Agent) bootstrap(ctx context.Context) error {
 	if a.Config.PodName == a.Config.InitialPrimary {
 		a.Log.Info("initialising a new cluster")
-		return a.Instance.InitDB(ctx, a.Config.SuperuserPass)
+		return a.Instance.InitDB(ctx, a.Config.Credentials.SuperuserPassword)
 	}
 	conninfo := fmt.Sprintf("host=%s port=%d user=%s password=%s application_name=%s connect_timeout=5",
-		a.Config.PrimaryHost, a.Config.PrimaryPort, a.Config.Roles.ReplicationUser,
-		a.Config.Roles.ReplicationPassword, a.Config.PodName)
+		a.Config.PrimaryHost, a.Config.PostgresPort, a.Config.ReplicationUser,
+		a.Config.Credentials.ReplicationPassword, a.Config.PodName)
 	for attempt := 1; ; attempt++ {
 		a.Log.Info("cloning the primary", "host", a.Config.PrimaryHost, "attempt", attempt)
-		err := a.Instance.Clone(ctx, conninfo, SlotName(a.Config.PodName))
+		err := a.Instance.Clone(ctx, conninfo, agentapi.SlotName(a.Config.PodName))
 		if err == nil {
 			return nil
 		}
@@ -129,7 +147,7 @@ func (a *Agent) bootstrap(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-time.After(min(time.Duration(attempt)*a.Config.CloneRetry, 30*time.Second)):
+		case <-time.After(min(time.Duration(attempt)*a.Options.CloneRetry, 30*time.Second)):
 		}
 	}
 }
@@ -138,9 +156,9 @@ func (a *Agent) ensureRoles(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
 	for {
-		conn, err := postgres.Connect(ctx, a.Instance.Port, a.Config.Superuser, a.Config.SuperuserPass, "postgres")
+		conn, err := a.connect(ctx)
 		if err == nil {
-			err = postgres.EnsureRoles(ctx, conn, a.Config.Roles)
+			err = postgres.EnsureRoles(ctx, conn, a.roles())
 			_ = conn.Close(ctx)
 			return err
 		}
@@ -160,9 +178,22 @@ func (a *Agent) isPrimary() bool {
 	return os.IsNotExist(err)
 }
 
+func (a *Agent) roles() postgres.Roles {
+	c := a.Config
+	return postgres.Roles{
+		ReplicationUser: c.ReplicationUser, ReplicationPassword: c.Credentials.ReplicationPassword,
+		AppOwner: c.Credentials.AppUser, AppPassword: c.Credentials.AppPassword, AppDatabase: c.AppDatabase,
+	}
+}
+
+// connect opens a superuser connection to the local server.
+func (a *Agent) connect(ctx context.Context) (*pgx.Conn, error) {
+	return postgres.Connect(ctx, a.Instance.Port, agentapi.Superuser, a.Config.Credentials.SuperuserPassword, "postgres")
+}
+
 func (a *Agent) configHash() [32]byte {
 	h := sha256.New()
-	for _, f := range a.Config.ConfigFiles {
+	for _, f := range []string{a.Config.PostgresqlConfPath(), a.Config.HBAConfPath()} {
 		data, _ := os.ReadFile(f)
 		h.Write(data)
 		h.Write([]byte{0})
@@ -176,7 +207,7 @@ func (a *Agent) configHash() [32]byte {
 func (a *Agent) Alive() bool { return a.Instance.Running() }
 
 func (a *Agent) Ready(ctx context.Context) error {
-	conn, err := postgres.Connect(ctx, a.Instance.Port, a.Config.Superuser, a.Config.SuperuserPass, "postgres")
+	conn, err := a.connect(ctx)
 	if err != nil {
 		return err
 	}
@@ -184,8 +215,8 @@ func (a *Agent) Ready(ctx context.Context) error {
 	return conn.Ping(ctx)
 }
 
-func (a *Agent) Status(ctx context.Context) (*postgres.Status, error) {
-	conn, err := postgres.Connect(ctx, a.Instance.Port, a.Config.Superuser, a.Config.SuperuserPass, "postgres")
+func (a *Agent) Status(ctx context.Context) (*agentapi.Status, error) {
+	conn, err := a.connect(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -202,7 +233,7 @@ func (a *Agent) StartRestart() bool {
 	go func() {
 		defer a.restartMu.Unlock()
 		a.Log.Info("restarting postgres on request")
-		if err := a.Instance.Restart(a.Config.ShutdownGrace); err != nil {
+		if err := a.Instance.Restart(a.Options.ShutdownGrace); err != nil {
 			// The supervisor loop sees no running postmaster and exits: the container restarts.
 			a.Log.Error(err, "restart")
 		}
@@ -211,7 +242,7 @@ func (a *Agent) StartRestart() bool {
 }
 
 func (a *Agent) DropInactiveSlots(ctx context.Context, names []string) ([]string, error) {
-	conn, err := postgres.Connect(ctx, a.Instance.Port, a.Config.Superuser, a.Config.SuperuserPass, "postgres")
+	conn, err := a.connect(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -221,13 +252,6 @@ func (a *Agent) DropInactiveSlots(ctx context.Context, names []string) ([]string
 		a.Log.Info("dropped replication slots", "slots", dropped)
 	}
 	return dropped, err
-}
-
-var slotUnsafe = regexp.MustCompile(`[^a-z0-9_]`)
-
-// SlotName is the physical replication slot of the standby in pod, e.g. db-1 → db_1.
-func SlotName(pod string) string {
-	return slotUnsafe.ReplaceAllString(strings.ToLower(pod), "_")
 }
 
 func removeContents(dir string) error {

@@ -5,30 +5,26 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"slices"
 	"testing"
 	"time"
 
-	pgbuilder "github.com/pgpilot/pgpilot-operator/internal/builder"
+	pgv1 "github.com/pgpilot/pgpilot-operator/api/v1alpha1"
 	"github.com/pgpilot/pgpilot-operator/internal/instance/agent"
+	"github.com/pgpilot/pgpilot-operator/internal/instance/agentapi"
 	"github.com/pgpilot/pgpilot-operator/internal/instance/pgtest"
 	"github.com/pgpilot/pgpilot-operator/internal/instance/postgres"
 )
 
 const token = "agent-token-for-tests"
 
-var roles = postgres.Roles{ReplicationUser: pgbuilder.ReplicationUser, ReplicationPassword: "repl",
-	AppOwner: "app", AppPassword: "app-pass", AppDatabase: "app"}
+var credentials = agentapi.Credentials{SuperuserPassword: "super", ReplicationPassword: "repl",
+	AppUser: "app", AppPassword: "app-pass", AgentToken: token}
 
-func agentConfig(pod string, inst *postgres.Instance, primaryPort int) agent.Config {
-	return agent.Config{
-		PodName: pod, InitialPrimary: "db-0", PrimaryHost: "127.0.0.1", PrimaryPort: primaryPort,
-		ConfigFiles: []string{inst.ConfigFile, inst.Settings["hba_file"]},
-		Token:       token, Superuser: "postgres", SuperuserPass: "super",
-		Roles: roles, ShutdownGrace: 10 * time.Second, ConfigInterval: 200 * time.Millisecond,
-		CloneRetry: 200 * time.Millisecond,
-	}
+func agentConfig(pod string, inst *postgres.Instance, primaryPort int) agentapi.Config {
+	return pgtest.AgentConfig(inst, pod, "db-0", primaryPort, credentials)
 }
 
 func get(url, bearer string) (int, string, error)  { return call(http.MethodGet, url, bearer) }
@@ -48,15 +44,15 @@ func call(method, url, bearer string) (int, string, error) {
 	return resp.StatusCode, string(body), nil
 }
 
-func status(r *pgtest.RunningAgent) (*postgres.Status, error) {
-	code, body, err := get(r.URL+agent.PathStatus, token)
+func status(r *pgtest.RunningAgent) (*agentapi.Status, error) {
+	code, body, err := get(r.URL+agentapi.PathStatus, token)
 	if err != nil {
 		return nil, err
 	}
 	if code != http.StatusOK {
 		return nil, fmt.Errorf("status %d: %s", code, body)
 	}
-	s := &postgres.Status{}
+	s := &agentapi.Status{}
 	return s, json.Unmarshal([]byte(body), s)
 }
 
@@ -70,7 +66,7 @@ func TestAgentsBootstrapReplicateReloadAndReport(t *testing.T) {
 
 	for _, r := range []*pgtest.RunningAgent{primary, standby} {
 		pgtest.Eventually(t, "agent ready at "+r.URL, func() error {
-			code, body, err := get(r.URL+agent.PathReadiness, "")
+			code, body, err := get(r.URL+agentapi.PathReadiness, "")
 			if err == nil && code != http.StatusOK {
 				err = fmt.Errorf("%d %s", code, body)
 			}
@@ -79,16 +75,16 @@ func TestAgentsBootstrapReplicateReloadAndReport(t *testing.T) {
 	}
 
 	for _, c := range []struct{ name, bearer string }{{"no token", ""}, {"wrong token", "nope"}} {
-		if code, _, err := get(primary.URL+agent.PathStatus, c.bearer); err != nil || code != http.StatusUnauthorized {
+		if code, _, err := get(primary.URL+agentapi.PathStatus, c.bearer); err != nil || code != http.StatusUnauthorized {
 			t.Errorf("status with %s = %d (%v), want 401", c.name, code, err)
 		}
 	}
 
-	app := pgtest.Connect(t, primaryInst, "app", roles.AppPassword, "app")
+	app := pgtest.Connect(t, primaryInst, "app", credentials.AppPassword, "app")
 	if _, err := app.Exec(ctx, "CREATE TABLE t (v int); INSERT INTO t VALUES (42)"); err != nil {
 		t.Fatal(err)
 	}
-	standbyApp := pgtest.Connect(t, standbyInst, "app", roles.AppPassword, "app")
+	standbyApp := pgtest.Connect(t, standbyInst, "app", credentials.AppPassword, "app")
 	pgtest.Eventually(t, "row on the standby", func() error {
 		var v int
 		return standbyApp.QueryRow(ctx, "SELECT v FROM t").Scan(&v)
@@ -102,7 +98,7 @@ func TestAgentsBootstrapReplicateReloadAndReport(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		if p.Role != postgres.RolePrimary || s.Role != postgres.RoleReplica || !s.Streaming {
+		if p.Role != agentapi.RolePrimary || s.Role != agentapi.RoleReplica || !s.Streaming {
 			return fmt.Errorf("primary %+v standby %+v", p, s)
 		}
 		if len(p.Replicas) != 1 || p.Replicas[0].ApplicationName != "db-1" || p.Replicas[0].LagBytes != 0 {
@@ -132,10 +128,10 @@ func TestAgentsBootstrapReplicateReloadAndReport(t *testing.T) {
 		}
 		return nil
 	})
-	if code, body, err := post(primary.URL+agent.PathRestart, ""); err != nil || code != http.StatusUnauthorized {
+	if code, body, err := post(primary.URL+agentapi.PathRestart, ""); err != nil || code != http.StatusUnauthorized {
 		t.Fatalf("restart without token = %d %s (%v), want 401", code, body, err)
 	}
-	if code, body, err := post(primary.URL+agent.PathRestart, token); err != nil || code != http.StatusAccepted {
+	if code, body, err := post(primary.URL+agentapi.PathRestart, token); err != nil || code != http.StatusAccepted {
 		t.Fatalf("restart = %d %s (%v), want 202", code, body, err)
 	}
 	pgtest.Eventually(t, "max_connections applied by the restart", func() error {
@@ -160,7 +156,7 @@ func TestAgentsBootstrapReplicateReloadAndReport(t *testing.T) {
 		}
 		return nil
 	})
-	if code, _, err := get(primary.URL+agent.PathLiveness, ""); err != nil || code != http.StatusOK {
+	if code, _, err := get(primary.URL+agentapi.PathLiveness, ""); err != nil || code != http.StatusOK {
 		t.Fatalf("liveness after restart = %d (%v): the agent must keep supervising", code, err)
 	}
 
@@ -175,8 +171,20 @@ func TestAgentsBootstrapReplicateReloadAndReport(t *testing.T) {
 
 func TestSlotName(t *testing.T) {
 	for pod, want := range map[string]string{"db-1": "db_1", "My.Cluster-10": "my_cluster_10"} {
-		if got := agent.SlotName(pod); got != want {
+		if got := agentapi.SlotName(pod); got != want {
 			t.Errorf("SlotName(%q) = %q, want %q", pod, got, want)
+		}
+	}
+}
+
+// What the agent sets on the server's command line is reserved in the CRD, so a user's
+// parameter can never contradict it.
+func TestInstanceSettingsAreManagedParameters(t *testing.T) {
+	inst := agent.NewInstance(agentapi.Config{DataDir: "/data", ConfigDir: "/etc/pgpilot", SocketDir: "/run", PostgresPort: 5432})
+	// postgres.Instance adds the port and the socket directory itself.
+	for _, name := range append(slices.Collect(maps.Keys(inst.Settings)), "port", "unix_socket_directories") {
+		if !slices.Contains(pgv1.ManagedParameters, name) {
+			t.Errorf("the agent sets %s, which pgv1.ManagedParameters does not reserve", name)
 		}
 	}
 }

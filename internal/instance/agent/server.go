@@ -10,19 +10,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/pgpilot/pgpilot-operator/internal/instance/postgres"
-)
-
-// Paths of the agent's HTTP API.
-const (
-	PathStartup   = "/startupz"
-	PathLiveness  = "/healthz"
-	PathReadiness = "/readyz"
-	PathStatus    = "/v1/status"
-	// PathDropSlots takes {"slots": [...]} and drops those no standby uses (on the primary).
-	PathDropSlots = "/v1/replication-slots/drop"
-	// PathRestart restarts PostgreSQL, for settings pending a restart.
-	PathRestart = "/v1/restart"
+	"github.com/pgpilot/pgpilot-operator/internal/instance/agentapi"
 )
 
 // probeTimeout bounds each check behind an endpoint; the kubelet's own timeout is longer.
@@ -35,7 +23,7 @@ type Checks interface {
 	// Ready reports whether the server accepts connections.
 	Ready(ctx context.Context) error
 	// Status queries the server's role, positions and replication.
-	Status(ctx context.Context) (*postgres.Status, error)
+	Status(ctx context.Context) (*agentapi.Status, error)
 	// DropInactiveSlots drops the named replication slots no standby uses.
 	DropInactiveSlots(ctx context.Context, names []string) ([]string, error)
 	// StartRestart begins a restart of PostgreSQL in the background; false when one is
@@ -43,17 +31,11 @@ type Checks interface {
 	StartRestart() bool
 }
 
-// DropSlotsRequest is the body of PathDropSlots; the answer has the same shape with the slots
-// actually dropped.
-type DropSlotsRequest struct {
-	Slots []string `json:"slots"`
-}
-
 // NewHandler serves the probes without authentication (the kubelet calls them) and the status
 // only to callers presenting token, which the operator reads from the cluster's agent Secret.
 func NewHandler(checks Checks, token string) http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET "+PathLiveness, func(w http.ResponseWriter, _ *http.Request) {
+	mux.HandleFunc("GET "+agentapi.PathLiveness, func(w http.ResponseWriter, _ *http.Request) {
 		if !checks.Alive() {
 			http.Error(w, "postgres is not running", http.StatusServiceUnavailable)
 			return
@@ -69,9 +51,9 @@ func NewHandler(checks Checks, token string) http.Handler {
 		}
 		_, _ = w.Write([]byte("ok"))
 	}
-	mux.HandleFunc("GET "+PathReadiness, ready)
-	mux.HandleFunc("GET "+PathStartup, ready)
-	mux.Handle("GET "+PathStatus, requireToken(token, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	mux.HandleFunc("GET "+agentapi.PathReadiness, ready)
+	mux.HandleFunc("GET "+agentapi.PathStartup, ready)
+	mux.Handle("GET "+agentapi.PathStatus, requireToken(token, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel := context.WithTimeout(r.Context(), probeTimeout)
 		defer cancel()
 		status, err := checks.Status(ctx)
@@ -82,8 +64,8 @@ func NewHandler(checks Checks, token string) http.Handler {
 		w.Header().Set("Content-Type", "application/json")
 		_ = json.NewEncoder(w).Encode(status)
 	})))
-	mux.Handle("POST "+PathDropSlots, requireToken(token, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		var req DropSlotsRequest
+	mux.Handle("POST "+agentapi.PathDropSlots, requireToken(token, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var req agentapi.DropSlotsRequest
 		if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 64<<10)).Decode(&req); err != nil {
 			http.Error(w, "bad request: "+err.Error(), http.StatusBadRequest)
 			return
@@ -96,13 +78,13 @@ func NewHandler(checks Checks, token string) http.Handler {
 			return
 		}
 		w.Header().Set("Content-Type", "application/json")
-		_ = json.NewEncoder(w).Encode(DropSlotsRequest{Slots: dropped})
+		_ = json.NewEncoder(w).Encode(agentapi.DropSlotsResponse{Dropped: dropped})
 	})))
-	mux.Handle("POST "+PathRestart, requireToken(token, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+	mux.Handle("POST "+agentapi.PathRestart, requireToken(token, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		// Asynchronous, so that the operator's reconcile never waits on a restart: it watches
 		// the instance go unready and come back instead.
 		if !checks.StartRestart() {
-			http.Error(w, "a restart is already in progress", http.StatusConflict)
+			http.Error(w, agentapi.ErrRestartInProgress.Error(), http.StatusConflict)
 			return
 		}
 		w.WriteHeader(http.StatusAccepted)

@@ -21,6 +21,7 @@ import (
 	pgv1 "github.com/pgpilot/pgpilot-operator/api/v1alpha1"
 	pgbuilder "github.com/pgpilot/pgpilot-operator/internal/builder"
 	"github.com/pgpilot/pgpilot-operator/internal/instance/agent"
+	"github.com/pgpilot/pgpilot-operator/internal/instance/agentapi"
 	"github.com/pgpilot/pgpilot-operator/internal/instance/postgres"
 )
 
@@ -98,21 +99,13 @@ func NewInstance(t TB, name string) *postgres.Instance {
 			}
 		}
 	}
-	inst := &postgres.Instance{
-		BinDir:     BinDir(t),
-		DataDir:    filepath.Join(dir, "pgdata"),
-		ConfigFile: filepath.Join(dir, pgbuilder.PostgresqlConfKey),
-		Settings: map[string]string{
-			// The operator's file names the pod's paths; the command line wins over it.
-			"data_directory":   filepath.Join(dir, "pgdata"),
-			"hba_file":         filepath.Join(dir, pgbuilder.PgHBAConfKey),
-			"listen_addresses": "127.0.0.1",
-		},
-		Port:      FreePort(t),
-		SocketDir: socketDir,
-		Output:    logWriter{t, name},
-		RunAs:     cred,
-	}
+	inst := agent.NewInstance(agentapi.Config{
+		BinDir: BinDir(t), DataDir: filepath.Join(dir, "pgdata"), ConfigDir: dir, SocketDir: socketDir,
+		PostgresPort: FreePort(t),
+	})
+	// Loopback only, whatever the operator's file says.
+	inst.Settings["listen_addresses"] = "127.0.0.1"
+	inst.Output, inst.RunAs = logWriter{t, name}, cred
 	WriteConfig(t, inst, Cluster(nil))
 	t.Cleanup(func() { _ = inst.Stop(10 * time.Second) })
 	return inst
@@ -197,16 +190,27 @@ func (r *RunningAgent) Stop() error {
 	return r.err
 }
 
-// StartAgent runs an agent for pod over inst, as the container would; cfg's address is chosen
-// here. It is stopped when the test ends.
-func StartAgent(t TB, cfg agent.Config, inst *postgres.Instance) *RunningAgent {
+// AgentConfig is what a pod's environment would tell pod's agent over inst (made by
+// NewInstance): initialPrimary runs initdb, the others clone from 127.0.0.1:primaryPort.
+func AgentConfig(inst *postgres.Instance, pod, initialPrimary string, primaryPort int, creds agentapi.Credentials) agentapi.Config {
+	return agentapi.Config{
+		PodName: pod, InitialPrimary: initialPrimary, PrimaryHost: "127.0.0.1", PostgresPort: primaryPort,
+		DataDir: inst.DataDir, ConfigDir: filepath.Dir(inst.ConfigFile), SocketDir: inst.SocketDir,
+		BinDir: inst.BinDir, AppDatabase: "app", Credentials: creds,
+	}.WithDefaults()
+}
+
+// StartAgent runs an agent for cfg over inst, as the container would, listening on a free
+// loopback port and with short intervals. It is stopped when the test ends.
+func StartAgent(t TB, cfg agentapi.Config, inst *postgres.Instance) *RunningAgent {
 	t.Helper()
-	cfg.ListenAddress = fmt.Sprintf("127.0.0.1:%d", FreePort(t))
-	a := &agent.Agent{Instance: inst, Config: cfg, Log: funcr.New(func(prefix, args string) {
+	options := agent.Options{ListenAddress: fmt.Sprintf("127.0.0.1:%d", FreePort(t)),
+		ShutdownGrace: 10 * time.Second, ConfigInterval: 200 * time.Millisecond, CloneRetry: 200 * time.Millisecond}
+	a := &agent.Agent{Instance: inst, Config: cfg, Options: options, Log: funcr.New(func(prefix, args string) {
 		t.Logf("[agent %s] %s %s", cfg.PodName, prefix, args)
 	}, funcr.Options{})}
 	ctx, cancel := context.WithCancel(context.Background())
-	r := &RunningAgent{URL: "http://" + cfg.ListenAddress, Instance: inst, done: make(chan error, 1), stop: cancel}
+	r := &RunningAgent{URL: "http://" + options.ListenAddress, Instance: inst, done: make(chan error, 1), stop: cancel}
 	go func() { r.done <- a.Run(ctx) }()
 	t.Cleanup(func() { _ = r.Stop() })
 	return r

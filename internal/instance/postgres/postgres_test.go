@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	pgbuilder "github.com/pgpilot/pgpilot-operator/internal/builder"
+	"github.com/pgpilot/pgpilot-operator/internal/instance/agentapi"
 	"github.com/pgpilot/pgpilot-operator/internal/instance/pgtest"
 	"github.com/pgpilot/pgpilot-operator/internal/instance/postgres"
 )
@@ -34,7 +34,7 @@ func TestPrimaryStandbyReplicationReloadAndStatus(t *testing.T) {
 		t.Fatal(err)
 	}
 	admin := pgtest.Connect(t, primary, "postgres", superuserPassword, "postgres")
-	roles := postgres.Roles{ReplicationUser: pgbuilder.ReplicationUser, ReplicationPassword: replicationPassword,
+	roles := postgres.Roles{ReplicationUser: agentapi.DefaultReplicationUser, ReplicationPassword: replicationPassword,
 		AppOwner: "app", AppPassword: appPassword, AppDatabase: "app"}
 	if err := postgres.EnsureRoles(ctx, admin, roles); err != nil {
 		t.Fatal(err)
@@ -49,7 +49,7 @@ func TestPrimaryStandbyReplicationReloadAndStatus(t *testing.T) {
 
 	standby := pgtest.NewInstance(t, "standby")
 	conninfo := fmt.Sprintf("host=127.0.0.1 port=%d user=%s password=%s application_name=pgtest-1",
-		primary.Port, pgbuilder.ReplicationUser, replicationPassword)
+		primary.Port, agentapi.DefaultReplicationUser, replicationPassword)
 	if err := standby.Clone(ctx, conninfo, "pgtest_1"); err != nil {
 		t.Fatal(err)
 	}
@@ -87,7 +87,7 @@ func TestPrimaryStandbyReplicationReloadAndStatus(t *testing.T) {
 			return err
 		}
 		switch {
-		case p.Role != postgres.RolePrimary || s.Role != postgres.RoleReplica:
+		case p.Role != agentapi.RolePrimary || s.Role != agentapi.RoleReplica:
 			return fmt.Errorf("roles %s/%s", p.Role, s.Role)
 		case p.Timeline != 1 || s.Timeline != 1:
 			return fmt.Errorf("timelines %d/%d", p.Timeline, s.Timeline)
@@ -95,7 +95,7 @@ func TestPrimaryStandbyReplicationReloadAndStatus(t *testing.T) {
 			return fmt.Errorf("standby not streaming")
 		case len(p.Replicas) != 1 || p.Replicas[0].ApplicationName != "pgtest-1" || p.Replicas[0].State != "streaming":
 			return fmt.Errorf("primary sees replicas %+v", p.Replicas)
-		case len(p.Slots) != 1 || p.Slots[0] != (postgres.SlotStatus{Name: "pgtest_1", Active: true}):
+		case len(p.Slots) != 1 || p.Slots[0] != (agentapi.SlotStatus{Name: "pgtest_1", Active: true}):
 			return fmt.Errorf("slots %+v", p.Slots)
 		case p.Replicas[0].LagBytes != 0 || s.ReplayLSN != p.CurrentLSN || p.Replicas[0].ReplayLSN != p.CurrentLSN:
 			return fmt.Errorf("lag %d bytes, standby replay %s, primary current %s", p.Replicas[0].LagBytes, s.ReplayLSN, p.CurrentLSN)

@@ -5,53 +5,13 @@ import (
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
-)
 
-// Status is what an instance reports about itself to the operator.
-type Status struct {
-	// Role is "primary" or "replica" (in recovery).
-	Role string `json:"role"`
-	// Timeline of the WAL the server is on.
-	Timeline int64 `json:"timeline"`
-	// CurrentLSN is the primary's current WAL write position.
-	CurrentLSN string `json:"currentLSN,omitempty"`
-	// ReceiveLSN and ReplayLSN are how far a replica has received and applied WAL.
-	ReceiveLSN string `json:"receiveLSN,omitempty"`
-	ReplayLSN  string `json:"replayLSN,omitempty"`
-	// Streaming is true on a replica whose WAL receiver streams from the primary.
-	Streaming bool `json:"streaming"`
-	// PendingRestart lists settings changed in the files that take effect only on a restart.
-	PendingRestart []string `json:"pendingRestart,omitempty"`
-	// Replicas is, on a primary, every standby connected for streaming replication.
-	Replicas []ReplicaStatus `json:"replicas,omitempty"`
-	// Slots are the physical replication slots, which keep WAL for their standbys.
-	Slots []SlotStatus `json:"slots,omitempty"`
-}
-
-// SlotStatus is one physical replication slot.
-type SlotStatus struct {
-	Name   string `json:"name"`
-	Active bool   `json:"active"`
-}
-
-// ReplicaStatus is one standby as the primary sees it in pg_stat_replication.
-type ReplicaStatus struct {
-	ApplicationName string `json:"applicationName"`
-	State           string `json:"state"`
-	ReplayLSN       string `json:"replayLSN"`
-	// LagBytes is how much WAL the standby has yet to replay.
-	LagBytes int64 `json:"lagBytes"`
-}
-
-// Role names.
-const (
-	RolePrimary = "primary"
-	RoleReplica = "replica"
+	"github.com/pgpilot/pgpilot-operator/internal/instance/agentapi"
 )
 
 // QueryStatus reads the server's status over conn.
-func QueryStatus(ctx context.Context, conn *pgx.Conn) (*Status, error) {
-	s := &Status{}
+func QueryStatus(ctx context.Context, conn *pgx.Conn) (*agentapi.Status, error) {
+	s := &agentapi.Status{}
 	var inRecovery bool
 	var current, receive, replay *string
 	err := conn.QueryRow(ctx, `SELECT pg_is_in_recovery(),
@@ -62,9 +22,9 @@ func QueryStatus(ctx context.Context, conn *pgx.Conn) (*Status, error) {
 	if err != nil {
 		return nil, fmt.Errorf("query role and positions: %w", err)
 	}
-	s.Role = RolePrimary
+	s.Role = agentapi.RolePrimary
 	if inRecovery {
-		s.Role = RoleReplica
+		s.Role = agentapi.RoleReplica
 		// A standby's timeline is the one it replays, not its last checkpoint's.
 		if err := conn.QueryRow(ctx, `SELECT COALESCE((SELECT received_tli FROM pg_stat_wal_receiver), $1)`,
 			s.Timeline).Scan(&s.Timeline); err != nil {
@@ -94,7 +54,7 @@ func QueryStatus(ctx context.Context, conn *pgx.Conn) (*Status, error) {
 	if err != nil {
 		return nil, fmt.Errorf("query replication: %w", err)
 	}
-	s.Replicas, err = pgx.CollectRows(rows, pgx.RowToStructByPos[ReplicaStatus])
+	s.Replicas, err = pgx.CollectRows(rows, pgx.RowToStructByPos[agentapi.ReplicaStatus])
 	if err != nil {
 		return nil, fmt.Errorf("read replication: %w", err)
 	}
@@ -103,7 +63,7 @@ func QueryStatus(ctx context.Context, conn *pgx.Conn) (*Status, error) {
 	if err != nil {
 		return nil, fmt.Errorf("query slots: %w", err)
 	}
-	if s.Slots, err = pgx.CollectRows(rows, pgx.RowToStructByPos[SlotStatus]); err != nil {
+	if s.Slots, err = pgx.CollectRows(rows, pgx.RowToStructByPos[agentapi.SlotStatus]); err != nil {
 		return nil, fmt.Errorf("read slots: %w", err)
 	}
 	return s, nil

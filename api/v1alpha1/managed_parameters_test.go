@@ -1,0 +1,48 @@
+package v1alpha1_test
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"sigs.k8s.io/yaml"
+
+	pgv1 "github.com/pgpilot/pgpilot-operator/api/v1alpha1"
+)
+
+// The CRD's rules on spec.postgresql.parameters are exactly one per managed parameter: a name
+// added to the list without its marker, or a marker without the name, fails here.
+func TestCRDRejectsExactlyTheManagedParameters(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join("..", "..", "config", "crd", "bases", "postgres.pgpilot.io_postgresclusters.yaml"))
+	if err != nil {
+		t.Fatalf("generated CRD (run make manifests): %v", err)
+	}
+	crd := &apiextensionsv1.CustomResourceDefinition{}
+	if err := yaml.Unmarshal(data, crd); err != nil {
+		t.Fatal(err)
+	}
+	for _, version := range crd.Spec.Versions {
+		parameters := version.Schema.OpenAPIV3Schema.Properties["spec"].Properties["postgresql"].Properties["parameters"]
+		rules := map[string]string{}
+		for _, v := range parameters.XValidations {
+			rules[v.Rule] = v.Message
+		}
+		for _, name := range pgv1.ManagedParameters {
+			rule := fmt.Sprintf("!('%s' in self)", name)
+			message, ok := rules[rule]
+			if !ok {
+				t.Errorf("%s: no rule %s", version.Name, rule)
+				continue
+			}
+			if want := pgv1.ManagedParameterMessage(name); message != want {
+				t.Errorf("%s: rule %s says %q, want %q", version.Name, rule, message, want)
+			}
+			delete(rules, rule)
+		}
+		for rule := range rules {
+			t.Errorf("%s: rule %s on parameters is not for a managed parameter (add it to ManagedParameters)", version.Name, rule)
+		}
+	}
+}

@@ -1,0 +1,48 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"sync"
+
+	"github.com/pgpilot/pgpilot-operator/internal/instance/agentapi"
+)
+
+// fakeAgents answers as agents would, by address, and records what the reconciler asked.
+type fakeAgents struct {
+	mu       sync.Mutex
+	reports  map[string]*agentapi.Status
+	busy     map[string]bool // a restart is already running there
+	restarts []string
+	drops    map[string][]string
+}
+
+func newFakeAgents() *fakeAgents {
+	return &fakeAgents{reports: map[string]*agentapi.Status{}, busy: map[string]bool{}, drops: map[string][]string{}}
+}
+
+func (f *fakeAgents) Status(_ context.Context, e agentapi.Endpoint) (*agentapi.Status, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if r, ok := f.reports[e.Address]; ok {
+		return r, nil
+	}
+	return nil, fmt.Errorf("connection refused")
+}
+
+func (f *fakeAgents) DropSlots(_ context.Context, e agentapi.Endpoint, slots []string) ([]string, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.drops[e.Address] = append(f.drops[e.Address], slots...)
+	return slots, nil
+}
+
+func (f *fakeAgents) Restart(_ context.Context, e agentapi.Endpoint) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.busy[e.Address] {
+		return agentapi.ErrRestartInProgress
+	}
+	f.restarts = append(f.restarts, e.Address)
+	return nil
+}

@@ -1,0 +1,102 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	pgbuilder "github.com/pgpilot/pgpilot-operator/internal/builder"
+	"github.com/pgpilot/pgpilot-operator/internal/instance/agentapi"
+)
+
+// podsByClusterIndex indexes the cached pods by their cluster label, so listing one cluster's
+// pods is a lookup, not a scan of every pod the cache holds.
+const podsByClusterIndex = "pgpilot.cluster"
+
+func indexPodsByCluster(ctx context.Context, indexer client.FieldIndexer) error {
+	return indexer.IndexField(ctx, &corev1.Pod{}, podsByClusterIndex, func(obj client.Object) []string {
+		if name, ok := obj.GetLabels()[pgbuilder.ClusterLabel]; ok {
+			return []string{name}
+		}
+		return nil
+	})
+}
+
+// +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;patch
+
+// observe reads how the instances are, once, for the decide stages: the pods from the cache
+// and every agent's report, asked concurrently with a timeout.
+func (r *PostgresClusterReconciler) observe(ctx context.Context, s *scope) (*stop, error) {
+	pods := &corev1.PodList{}
+	if err := r.List(ctx, pods, client.InNamespace(s.cluster.Namespace),
+		client.MatchingFields{podsByClusterIndex: s.cluster.Name}); err != nil {
+		return nil, fmt.Errorf("list pods: %w", err)
+	}
+	slices.SortFunc(pods.Items, func(a, b corev1.Pod) int { return compareNames(a.Name, b.Name) })
+	o := &observed{pods: pods.Items}
+	s.observed = o
+
+	secret := &corev1.Secret{}
+	err := r.Get(ctx, client.ObjectKey{Namespace: s.cluster.Namespace, Name: pgbuilder.AgentSecretName(s.cluster)}, secret)
+	if apierrors.IsNotFound(err) {
+		return nil, nil // just created and not cached yet: decide from the pods alone this time
+	}
+	if err != nil {
+		return nil, fmt.Errorf("get agent secret: %w", err)
+	}
+	o.token = string(secret.Data[corev1.BasicAuthPasswordKey])
+	o.reports, o.failures = r.askAgents(ctx, s)
+	return nil, nil
+}
+
+func (r *PostgresClusterReconciler) askAgents(ctx context.Context, s *scope) (map[string]*agentapi.Status, map[string]string) {
+	reports, failures := map[string]*agentapi.Status{}, map[string]string{}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for i := range s.observed.pods {
+		pod := &s.observed.pods[i]
+		wg.Go(func() {
+			status, err := r.agents().Status(ctx, r.endpoint(s, pod))
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				failures[pod.Name] = fmt.Sprintf("ask agent: %v", err)
+				return
+			}
+			reports[pod.Name] = status
+		})
+	}
+	wg.Wait()
+	return reports, failures
+}
+
+// compareNames orders instance pods by ordinal (db-2 before db-10).
+func compareNames(a, b string) int {
+	if len(a) != len(b) {
+		return len(a) - len(b)
+	}
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+func podReady(pod *corev1.Pod) bool {
+	if !pod.DeletionTimestamp.IsZero() {
+		return false
+	}
+	for _, c := range pod.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}

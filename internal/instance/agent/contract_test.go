@@ -1,0 +1,65 @@
+package agent_test
+
+import (
+	"context"
+	"errors"
+	"net/http/httptest"
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/pgpilot/pgpilot-operator/internal/instance/agent"
+	"github.com/pgpilot/pgpilot-operator/internal/instance/agentapi"
+)
+
+// checks stands in for the running instance, so the operator's client and the agent's server
+// are tested against each other over real HTTP.
+type checks struct {
+	status     *agentapi.Status
+	restarting bool
+	dropped    []string
+}
+
+func (c *checks) Alive() bool                                      { return true }
+func (c *checks) Ready(context.Context) error                      { return nil }
+func (c *checks) Status(context.Context) (*agentapi.Status, error) { return c.status, nil }
+func (c *checks) StartRestart() bool                               { return !c.restarting }
+func (c *checks) DropInactiveSlots(_ context.Context, names []string) ([]string, error) {
+	c.dropped = names
+	return names[:1], nil
+}
+
+func TestClientAndServerAgree(t *testing.T) {
+	want := &agentapi.Status{Role: agentapi.RoleReplica, Timeline: 2, ReplayLSN: "0/3000060", Streaming: true,
+		PendingRestart: []string{"max_connections"}}
+	c := &checks{status: want}
+	server := httptest.NewServer(agent.NewHandler(c, token))
+	defer server.Close()
+	ctx := context.Background()
+	endpoint := agentapi.Endpoint{Address: strings.TrimPrefix(server.URL, "http://"), Token: token}
+	client := agentapi.HTTPClient{}
+
+	got, err := client.Status(ctx, endpoint)
+	if err != nil || !reflect.DeepEqual(got, want) {
+		t.Errorf("status %+v, %v; want %+v", got, err, want)
+	}
+	dropped, err := client.DropSlots(ctx, endpoint, []string{"db_3", "db_4"})
+	if err != nil || !slices.Equal(dropped, []string{"db_3"}) || !slices.Equal(c.dropped, []string{"db_3", "db_4"}) {
+		t.Errorf("drop slots: dropped %v (asked %v), %v", dropped, c.dropped, err)
+	}
+	if err := client.Restart(ctx, endpoint); err != nil {
+		t.Errorf("restart: %v", err)
+	}
+	c.restarting = true
+	if err := client.Restart(ctx, endpoint); !errors.Is(err, agentapi.ErrRestartInProgress) {
+		t.Errorf("restart while restarting: %v, want ErrRestartInProgress", err)
+	}
+	wrong := agentapi.Endpoint{Address: endpoint.Address, Token: "not-" + token}
+	if _, err := client.Status(ctx, wrong); err == nil || !strings.Contains(err.Error(), "401") {
+		t.Errorf("status with a wrong token: %v, want 401", err)
+	}
+	if _, err := client.Status(ctx, agentapi.Endpoint{Token: token}); err == nil {
+		t.Error("status without an address succeeded")
+	}
+}

@@ -1,0 +1,113 @@
+package agentapi
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"time"
+)
+
+// Endpoint is one agent as the operator reaches it: host:port and the cluster's token.
+type Endpoint struct {
+	Address string
+	Token   string
+}
+
+// HTTPClient calls agents over HTTP. The zero value is ready to use.
+type HTTPClient struct {
+	// Timeout bounds each request; zero means DefaultRequestTimeout.
+	Timeout time.Duration
+}
+
+// DefaultRequestTimeout: the operator asks all instances at once, so a reconcile waits at most
+// about this long however many agents hang.
+const DefaultRequestTimeout = 3 * time.Second
+
+// transport talks to agents directly, never through a proxy from the environment.
+var transport = &http.Transport{Proxy: nil, MaxIdleConnsPerHost: 1, IdleConnTimeout: time.Minute}
+
+// Status asks the agent for its instance's status.
+func (h HTTPClient) Status(ctx context.Context, e Endpoint) (*Status, error) {
+	status := &Status{}
+	if err := h.call(ctx, e, http.MethodGet, PathStatus, nil, http.StatusOK, status); err != nil {
+		return nil, fmt.Errorf("status: %w", err)
+	}
+	return status, nil
+}
+
+// DropSlots asks the primary's agent to drop the named slots no standby uses; it returns those
+// dropped.
+func (h HTTPClient) DropSlots(ctx context.Context, e Endpoint, slots []string) ([]string, error) {
+	answer := &DropSlotsResponse{}
+	if err := h.call(ctx, e, http.MethodPost, PathDropSlots, DropSlotsRequest{Slots: slots}, http.StatusOK, answer); err != nil {
+		return nil, fmt.Errorf("drop slots: %w", err)
+	}
+	return answer.Dropped, nil
+}
+
+// Restart asks the agent to restart PostgreSQL in the background; ErrRestartInProgress when a
+// restart already runs.
+func (h HTTPClient) Restart(ctx context.Context, e Endpoint) error {
+	err := h.call(ctx, e, http.MethodPost, PathRestart, nil, http.StatusAccepted, nil)
+	if status, ok := err.(statusError); ok && status.code == http.StatusConflict {
+		return ErrRestartInProgress
+	}
+	if err != nil {
+		return fmt.Errorf("restart: %w", err)
+	}
+	return nil
+}
+
+// statusError is an answer other than the one expected.
+type statusError struct {
+	code int
+	body string
+}
+
+func (e statusError) Error() string { return fmt.Sprintf("agent answered %d: %s", e.code, e.body) }
+
+// call sends body as JSON (when not nil) and decodes the answer into into (when not nil),
+// expecting the status code want.
+func (h HTTPClient) call(ctx context.Context, e Endpoint, method, path string, body any, want int, into any) error {
+	if e.Address == "" {
+		return fmt.Errorf("no address (the pod has no IP yet)")
+	}
+	var reader io.Reader = http.NoBody
+	if body != nil {
+		data, err := json.Marshal(body)
+		if err != nil {
+			return err
+		}
+		reader = bytes.NewReader(data)
+	}
+	timeout := h.Timeout
+	if timeout == 0 {
+		timeout = DefaultRequestTimeout
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, method, "http://"+e.Address+path, reader)
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Authorization", "Bearer "+e.Token)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := (&http.Client{Transport: transport}).Do(req)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = resp.Body.Close() }()
+	if resp.StatusCode != want {
+		text, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+		return statusError{code: resp.StatusCode, body: string(bytes.TrimSpace(text))}
+	}
+	if into != nil {
+		if err := json.NewDecoder(resp.Body).Decode(into); err != nil {
+			return fmt.Errorf("decode answer: %w", err)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,85 @@
+package agentapi
+
+import (
+	"errors"
+	"regexp"
+	"strings"
+)
+
+// Paths of the agent's HTTP API. The probes are unauthenticated (the kubelet calls them); the
+// /v1 paths need the cluster's agent token.
+const (
+	PathStartup   = "/startupz"
+	PathLiveness  = "/healthz"
+	PathReadiness = "/readyz"
+	PathStatus    = "/v1/status"
+	// PathDropSlots takes a DropSlotsRequest and answers a DropSlotsResponse (on the primary).
+	PathDropSlots = "/v1/replication-slots/drop"
+	// PathRestart restarts PostgreSQL in the background, for settings pending a restart:
+	// 202 when started, 409 when a restart is already running.
+	PathRestart = "/v1/restart"
+)
+
+// ErrRestartInProgress is a restart request refused because one is already running.
+var ErrRestartInProgress = errors.New("a restart is already in progress")
+
+// Role names an instance reports.
+const (
+	RolePrimary = "primary"
+	RoleReplica = "replica"
+)
+
+// Status is what an instance reports about itself (PathStatus).
+type Status struct {
+	// Role is RolePrimary or RoleReplica (in recovery).
+	Role string `json:"role"`
+	// Timeline of the WAL the server is on.
+	Timeline int64 `json:"timeline"`
+	// CurrentLSN is the primary's current WAL write position.
+	CurrentLSN string `json:"currentLSN,omitempty"`
+	// ReceiveLSN and ReplayLSN are how far a replica has received and applied WAL.
+	ReceiveLSN string `json:"receiveLSN,omitempty"`
+	ReplayLSN  string `json:"replayLSN,omitempty"`
+	// Streaming is true on a replica whose WAL receiver streams from the primary.
+	Streaming bool `json:"streaming"`
+	// PendingRestart lists settings changed in the files that take effect only on a restart.
+	PendingRestart []string `json:"pendingRestart,omitempty"`
+	// Replicas is, on a primary, every standby connected for streaming replication.
+	Replicas []ReplicaStatus `json:"replicas,omitempty"`
+	// Slots are the physical replication slots, which keep WAL for their standbys.
+	Slots []SlotStatus `json:"slots,omitempty"`
+}
+
+// SlotStatus is one physical replication slot.
+type SlotStatus struct {
+	Name   string `json:"name"`
+	Active bool   `json:"active"`
+}
+
+// ReplicaStatus is one standby as the primary sees it in pg_stat_replication.
+type ReplicaStatus struct {
+	ApplicationName string `json:"applicationName"`
+	State           string `json:"state"`
+	ReplayLSN       string `json:"replayLSN"`
+	// LagBytes is how much WAL the standby has yet to replay.
+	LagBytes int64 `json:"lagBytes"`
+}
+
+// DropSlotsRequest names the replication slots to drop; those a standby uses are kept.
+type DropSlotsRequest struct {
+	Slots []string `json:"slots"`
+}
+
+// DropSlotsResponse names the slots actually dropped. Its key is the request's, as agents of
+// 0.2.0 answer, so that operators and agents of either version understand each other.
+type DropSlotsResponse struct {
+	Dropped []string `json:"slots"`
+}
+
+var slotUnsafe = regexp.MustCompile(`[^a-z0-9_]`)
+
+// SlotName is the physical replication slot the agent of pod creates on the primary when it
+// clones it, e.g. db-1 → db_1; the operator drops it when the instance is scaled away.
+func SlotName(pod string) string {
+	return slotUnsafe.ReplaceAllString(strings.ToLower(pod), "_")
+}
