@@ -169,14 +169,6 @@ func TestAgentsBootstrapReplicateReloadAndReport(t *testing.T) {
 	}
 }
 
-func TestSlotName(t *testing.T) {
-	for pod, want := range map[string]string{"db-1": "db_1", "My.Cluster-10": "my_cluster_10"} {
-		if got := agentapi.SlotName(pod); got != want {
-			t.Errorf("SlotName(%q) = %q, want %q", pod, got, want)
-		}
-	}
-}
-
 // What the agent sets on the server's command line is reserved in the CRD, so a user's
 // parameter can never contradict it.
 func TestInstanceSettingsAreManagedParameters(t *testing.T) {
