@@ -69,14 +69,19 @@ type summary struct {
 }
 
 func summarize(s *scope) summary {
-	return summary{
-		health:          assessHealth(s),
-		generation:      s.cluster.Generation,
-		operator:        version.Version,
-		instancesStatus: instancesStatus(s.observed),
-		waiting:         s.waiting,
-		failure:         s.failure,
+	sum := summary{
+		health:     assessHealth(s),
+		generation: s.cluster.Generation,
+		operator:   version.Version,
+		waiting:    s.waiting,
+		failure:    s.failure,
 	}
+	// Before there is a primary, the instances are still being created: their agents' answers
+	// would only churn the status.
+	if sum.primary != "" {
+		sum.instancesStatus = instancesStatus(s.observed)
+	}
+	return sum
 }
 
 // instancesStatus is each instance as its agent reported it, and its lag as the primary sees it.
