@@ -15,14 +15,7 @@ import (
 // The CRD's rules on spec.postgresql.parameters are exactly one per managed parameter: a name
 // added to the list without its marker, or a marker without the name, fails here.
 func TestCRDRejectsExactlyTheManagedParameters(t *testing.T) {
-	data, err := os.ReadFile(filepath.Join("..", "..", "config", "crd", "bases", "postgres.pgpilot.io_postgresclusters.yaml"))
-	if err != nil {
-		t.Fatalf("generated CRD (run make manifests): %v", err)
-	}
-	crd := &apiextensionsv1.CustomResourceDefinition{}
-	if err := yaml.Unmarshal(data, crd); err != nil {
-		t.Fatal(err)
-	}
+	crd := loadCRD(t)
 	for _, version := range crd.Spec.Versions {
 		parameters := version.Schema.OpenAPIV3Schema.Properties["spec"].Properties["postgresql"].Properties["parameters"]
 		rules := map[string]string{}
@@ -45,4 +38,32 @@ func TestCRDRejectsExactlyTheManagedParameters(t *testing.T) {
 			t.Errorf("%s: rule %s on parameters is not for a managed parameter (add it to ManagedParameters)", version.Name, rule)
 		}
 	}
+}
+
+// The CRD's name-length rule is MaxClusterNameLength, the limit the builder's test proves.
+func TestCRDLimitsTheNameToMaxClusterNameLength(t *testing.T) {
+	crd := loadCRD(t)
+	want := fmt.Sprintf("self.metadata.name.size() <= %d", pgv1.MaxClusterNameLength)
+	for _, version := range crd.Spec.Versions {
+		found := false
+		for _, v := range version.Schema.OpenAPIV3Schema.XValidations {
+			found = found || v.Rule == want
+		}
+		if !found {
+			t.Errorf("%s: no rule %q on the PostgresCluster type", version.Name, want)
+		}
+	}
+}
+
+func loadCRD(t *testing.T) *apiextensionsv1.CustomResourceDefinition {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join("..", "..", "config", "crd", "bases", "postgres.pgpilot.io_postgresclusters.yaml"))
+	if err != nil {
+		t.Fatalf("generated CRD (run make manifests): %v", err)
+	}
+	crd := &apiextensionsv1.CustomResourceDefinition{}
+	if err := yaml.Unmarshal(data, crd); err != nil {
+		t.Fatal(err)
+	}
+	return crd
 }

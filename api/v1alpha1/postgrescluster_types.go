@@ -306,6 +306,8 @@ type InstanceStatus struct {
 // +kubebuilder:printcolumn:name="Status",type=string,JSONPath=`.status.phase`
 // +kubebuilder:printcolumn:name="Operator",type=string,JSONPath=`.status.operatorVersion`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+// +kubebuilder:validation:XValidation:rule="self.metadata.name.size() <= 52",message="metadata.name may have at most 52 characters: the StatefulSet's pods carry a controller-revision-hash label of the name plus 11 characters, and label values are limited to 63"
+// +kubebuilder:validation:XValidation:rule="self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')",message="metadata.name must be lower-case letters, digits and '-', start with a letter and end with a letter or digit (no '.'): it names the cluster's Services, which are DNS-1035 labels"
 type PostgresCluster struct {
 	metav1.TypeMeta `json:",inline"`
 	// Standard object metadata.

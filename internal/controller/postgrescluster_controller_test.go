@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"strings"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -187,10 +188,29 @@ var _ = Describe("CRD validation", func() {
 		Entry("two managed parameters", func(c *pgv1.PostgresCluster) {
 			c.Spec.PostgreSQL.Parameters = map[string]string{"wal_level": "minimal", "listen_addresses": "*"}
 		}, "postgresql.parameters.listen_addresses is managed by pgpilot"),
+		Entry("a name longer than its children allow", func(c *pgv1.PostgresCluster) {
+			c.Name = strings.Repeat("a", pgv1.MaxClusterNameLength+1)
+		}, "metadata.name may have at most 52 characters"),
+		Entry("a name with a dot, which no Service can carry", func(c *pgv1.PostgresCluster) { c.Name = "db.prod" },
+			"metadata.name must be lower-case letters"),
+		Entry("a name starting with a digit", func(c *pgv1.PostgresCluster) { c.Name = "1db" }, "start with a letter"),
 		Entry("too many instances", func(c *pgv1.PostgresCluster) { c.Spec.Instances = 10 }, "spec.instances"),
 		Entry("a bad database name", func(c *pgv1.PostgresCluster) { c.Spec.Bootstrap.InitDB.Database = "My-DB" }, "spec.bootstrap.initdb.database"),
 		Entry("an unknown reclaim policy", func(c *pgv1.PostgresCluster) { c.Spec.Storage.ReclaimPolicy = "Recycle" }, "spec.storage.reclaimPolicy"),
 	)
+
+	It("accepts the longest name and creates every child from it", func() {
+		c := createCluster(newCluster(namespace, func(c *pgv1.PostgresCluster) {
+			c.Name = "l" + strings.Repeat("o", pgv1.MaxClusterNameLength-2) + "g"
+		}))
+		Eventually(func(g Gomega) {
+			sts := &appsv1.StatefulSet{}
+			g.Expect(k8sClient.Get(ctx, client.ObjectKey{Namespace: namespace, Name: pgbuilder.StatefulSetName(c)}, sts)).To(Succeed())
+			svc := &corev1.Service{}
+			g.Expect(k8sClient.Get(ctx, client.ObjectKey{Namespace: namespace, Name: pgbuilder.HeadlessServiceName(c)}, svc)).To(Succeed())
+			g.Expect(condition(fetch(c), pgv1.ConditionDegraded).Status).To(Equal(metav1.ConditionFalse))
+		}).Should(Succeed())
+	})
 
 	It("rejects every parameter pgpilot manages, naming it", func() {
 		for _, name := range pgv1.ManagedParameters {
