@@ -59,6 +59,9 @@ type PostgresClusterReconciler struct {
 	AgentAddress func(*corev1.Pod) string
 	// Agents talks to the instance agents; nil means agentapi.HTTPClient.
 	Agents AgentClient
+	// RefusalBackoff is how long a cluster whose children the API server refused for good holds
+	// back its writes; zero means defaultRefusalBackoff.
+	RefusalBackoff time.Duration
 }
 
 func (r *PostgresClusterReconciler) notYet() ctrl.Result {
@@ -79,6 +82,7 @@ type stage struct {
 // The status is written after them, whatever stopped the chain.
 func (r *PostgresClusterReconciler) stages() []stage {
 	return []stage{
+		{"refusals", r.holdAfterRefusal},
 		{"secrets", r.ensureSecrets},
 		{"configmap", r.ensureConfigMap},
 		{"statefulset", r.ensureStatefulSet},
@@ -127,6 +131,9 @@ func (r *PostgresClusterReconciler) runStages(ctx context.Context, s *scope) (ct
 	log := logf.FromContext(ctx)
 	for _, st := range r.stages() {
 		stopped, err := st.run(ctx, s)
+		if refusal := refusalOf(err, r.refusalBackoff()); refusal != nil {
+			stopped, err = refusal, nil
+		}
 		if err != nil {
 			s.failure = &reasonMessage{"ReconcileError", "stage " + st.name + ": " + err.Error()}
 			return ctrl.Result{}, err
@@ -142,6 +149,9 @@ func (r *PostgresClusterReconciler) runStages(ctx context.Context, s *scope) (ct
 			log.V(1).Info("waiting", "stage", st.name, "reason", stopped.reason)
 		}
 		if stopped.retry {
+			if stopped.after > 0 {
+				return ctrl.Result{RequeueAfter: stopped.after}, nil
+			}
 			return r.notYet(), nil
 		}
 		return ctrl.Result{}, nil

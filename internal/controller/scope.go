@@ -1,6 +1,8 @@
 package controller
 
 import (
+	"time"
+
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 
@@ -68,9 +70,11 @@ func (r *PostgresClusterReconciler) endpoint(s *scope, pod *corev1.Pod) agentapi
 type stop struct {
 	reasonMessage
 	failed bool
-	// retry looks again after the requeue interval; otherwise only a watch event (a spec
-	// change, a child's change) or the periodic health check brings the next reconcile.
+	// retry looks again after the requeue interval, or after after when it is set; otherwise
+	// only a watch event (a spec change, a child's change) or the periodic health check brings
+	// the next reconcile.
 	retry bool
+	after time.Duration
 }
 
 // waitFor: the cluster is on its way; look again soon.
@@ -81,6 +85,13 @@ func waitFor(reason, message string) *stop {
 // invalid: the spec cannot be carried out; a change of it brings the next reconcile.
 func invalid(reason, message string) *stop {
 	return &stop{reasonMessage: reasonMessage{reason, message}, failed: true}
+}
+
+// refused: the API server refused a child for a reason retrying cannot fix (the spec makes an
+// invalid object, the namespace is terminating); the cluster holds back its writes for after,
+// unless its spec changes (holdAfterRefusal).
+func refused(reason, message string, after time.Duration) *stop {
+	return &stop{reasonMessage: reasonMessage{reason, message}, failed: true, retry: true, after: after}
 }
 
 // invalidUntilFixed: an input outside the cache (no watch) is wrong; look again soon.
