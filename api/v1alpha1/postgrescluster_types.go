@@ -64,6 +64,7 @@ const (
 )
 
 // StorageSpec describes the volume claim of each instance.
+// +kubebuilder:validation:XValidation:rule="quantity(string(self.size)).compareTo(quantity('64Mi')) >= 0",message="storage.size must be at least 64Mi: a new PostgreSQL cluster alone takes about 40MiB, before any WAL"
 // +kubebuilder:validation:XValidation:rule="quantity(string(self.size)).compareTo(quantity(string(oldSelf.size))) >= 0",message="storage.size cannot shrink: PostgreSQL volumes can only grow"
 // +kubebuilder:validation:XValidation:rule="has(self.storageClassName) == has(oldSelf.storageClassName) && (!has(self.storageClassName) || self.storageClassName == oldSelf.storageClassName)",message="storage.storageClassName is immutable: existing volumes cannot move to another class"
 type StorageSpec struct {
@@ -90,6 +91,14 @@ type StorageSpec struct {
 }
 
 // PostgreSQLSpec is the user-tunable PostgreSQL configuration.
+// pgpilot writes it into postgresql.conf and pg_hba.conf; these rules keep each parameter to
+// one setting and each pg_hba entry to one record.
+// +kubebuilder:validation:XValidation:rule=`!has(self.parameters) || self.parameters.all(k, k.matches('^[A-Za-z_][A-Za-z0-9_]*([.][A-Za-z_][A-Za-z0-9_]*)?$'))`,message="postgresql.parameters names must be PostgreSQL setting names: a letter or '_', then letters, digits and '_', with at most one '.' (extension.setting)"
+// +kubebuilder:validation:XValidation:rule=`!has(self.parameters) || self.parameters.all(k, !(k.lowerAscii() in ['include', 'include_dir', 'include_if_exists']))`,message="postgresql.parameters cannot set include, include_dir or include_if_exists: they make PostgreSQL read other files"
+// +kubebuilder:validation:XValidation:rule=`!has(self.parameters) || self.parameters.all(k, k == k.lowerAscii() || !(k.lowerAscii() in ['listen_addresses', 'port', 'unix_socket_directories', 'data_directory', 'config_file', 'hba_file', 'ident_file', 'external_pid_file', 'wal_level', 'hot_standby', 'wal_log_hints', 'password_encryption', 'primary_conninfo', 'primary_slot_name', 'restore_command', 'recovery_target_timeline', 'cluster_name']))`,message="postgresql.parameters names a setting managed by pgpilot in other letter case: PostgreSQL setting names are case-insensitive"
+// +kubebuilder:validation:XValidation:rule=`!has(self.parameters) || self.parameters.all(k, !self.parameters[k].matches('[\\r\\n\\x00]'))`,message="postgresql.parameters values cannot contain line breaks or NUL characters"
+// +kubebuilder:validation:XValidation:rule=`!has(self.pgHBA) || self.pgHBA.all(l, !l.matches('[\\r\\n\\x00]'))`,message="postgresql.pgHBA entries cannot contain line breaks or NUL characters: each entry is one pg_hba.conf line"
+// +kubebuilder:validation:XValidation:rule=`!has(self.pgHBA) || self.pgHBA.all(l, !l.matches('\\\\\\s*$'))`,message="postgresql.pgHBA entries cannot end with a backslash: PostgreSQL would continue the entry onto pgpilot's next rule"
 type PostgreSQLSpec struct {
 	// Settings written to postgresql.conf, for example {"max_connections": "200"}.
 	// Settings pgpilot manages itself (listen_addresses, port, wal_level, hot_standby, file

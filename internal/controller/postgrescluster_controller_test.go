@@ -188,6 +188,27 @@ var _ = Describe("CRD validation", func() {
 		Entry("two managed parameters", func(c *pgv1.PostgresCluster) {
 			c.Spec.PostgreSQL.Parameters = map[string]string{"wal_level": "minimal", "listen_addresses": "*"}
 		}, "postgresql.parameters.listen_addresses is managed by pgpilot"),
+		Entry("a parameter name that hides a second setting", func(c *pgv1.PostgresCluster) {
+			c.Spec.PostgreSQL.Parameters = map[string]string{"a = 1\nwal_level": "minimal"}
+		}, "postgresql.parameters names must be PostgreSQL setting names"),
+		Entry("an include directive", func(c *pgv1.PostgresCluster) {
+			c.Spec.PostgreSQL.Parameters = map[string]string{"Include_Dir": "/tmp"}
+		}, "postgresql.parameters cannot set include, include_dir or include_if_exists"),
+		Entry("a managed parameter in upper case", func(c *pgv1.PostgresCluster) {
+			c.Spec.PostgreSQL.Parameters = map[string]string{"WAL_LEVEL": "minimal"}
+		}, "postgresql.parameters names a setting managed by pgpilot in other letter case"),
+		Entry("a line break in a parameter value", func(c *pgv1.PostgresCluster) {
+			c.Spec.PostgreSQL.Parameters = map[string]string{"search_path": "\\'\nwal_level = minimal\n#"}
+		}, "postgresql.parameters values cannot contain line breaks or NUL characters"),
+		Entry("a NUL in a parameter value", func(c *pgv1.PostgresCluster) {
+			c.Spec.PostgreSQL.Parameters = map[string]string{"application_name": "a\x00b"}
+		}, "postgresql.parameters values cannot contain line breaks or NUL characters"),
+		Entry("a second pg_hba line in an entry", func(c *pgv1.PostgresCluster) {
+			c.Spec.PostgreSQL.PgHBA = []string{"host all all 10.0.0.0/8 reject\nhost all all all trust"}
+		}, "postgresql.pgHBA entries cannot contain line breaks or NUL characters"),
+		Entry("a pg_hba entry continued onto pgpilot's rules", func(c *pgv1.PostgresCluster) {
+			c.Spec.PostgreSQL.PgHBA = []string{"host all all all trust \\ "}
+		}, "postgresql.pgHBA entries cannot end with a backslash"),
 		Entry("a name longer than its children allow", func(c *pgv1.PostgresCluster) {
 			c.Name = strings.Repeat("a", pgv1.MaxClusterNameLength+1)
 		}, "metadata.name may have at most 52 characters"),
@@ -197,6 +218,12 @@ var _ = Describe("CRD validation", func() {
 		Entry("too many instances", func(c *pgv1.PostgresCluster) { c.Spec.Instances = 10 }, "spec.instances"),
 		Entry("a bad database name", func(c *pgv1.PostgresCluster) { c.Spec.Bootstrap.InitDB.Database = "My-DB" }, "spec.bootstrap.initdb.database"),
 		Entry("an unknown reclaim policy", func(c *pgv1.PostgresCluster) { c.Spec.Storage.ReclaimPolicy = "Recycle" }, "spec.storage.reclaimPolicy"),
+		Entry("a negative size", func(c *pgv1.PostgresCluster) { c.Spec.Storage.Size = resource.MustParse("-1Gi") },
+			"storage.size must be at least 64Mi"),
+		Entry("a zero size", func(c *pgv1.PostgresCluster) { c.Spec.Storage.Size = resource.MustParse("0") },
+			"storage.size must be at least 64Mi"),
+		Entry("a size too small for initdb", func(c *pgv1.PostgresCluster) { c.Spec.Storage.Size = resource.MustParse("1Mi") },
+			"storage.size must be at least 64Mi"),
 	)
 
 	It("accepts the longest name and creates every child from it", func() {
@@ -220,6 +247,18 @@ var _ = Describe("CRD validation", func() {
 			Expect(apierrors.IsInvalid(err)).To(BeTrue(), "%s: %v", name, err)
 			Expect(err.Error()).To(ContainSubstring(pgv1.ManagedParameterMessage(name)))
 		}
+	})
+
+	It("accepts parameters and pg_hba entries that only look hostile: pgpilot escapes them", func() {
+		createCluster(newCluster(namespace, func(c *pgv1.PostgresCluster) {
+			c.Spec.PostgreSQL.Parameters = map[string]string{
+				"application_name":       `it's a \ # = caf\u00e9`,
+				"search_path":            `public\`,
+				"TimeZone":               "UTC",
+				"pg_stat_statements.max": "1000",
+			}
+			c.Spec.PostgreSQL.PgHBA = []string{`host all all 10.0.0.0/8 scram-sha-256 # a \ comment`}
+		}))
 	})
 
 	DescribeTable("rejects a forbidden change with a clear message",

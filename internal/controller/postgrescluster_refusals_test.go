@@ -71,3 +71,29 @@ var _ = Describe("Writes the API server refuses for good", func() {
 		Eventually(degradedReason).WithArguments(cluster).Should(BeEmpty())
 	})
 })
+
+// Input the API server accepts but no node can satisfy (contradictory scheduling, an unknown
+// storage class) leaves pods Pending: the cluster says why instead of waiting silently.
+var _ = Describe("Instances the scheduler cannot place", func() {
+	It("make the cluster Degraded with the scheduler's message", func() {
+		cluster := createCluster(newCluster(newNamespace(), func(c *pgv1.PostgresCluster) {
+			c.Spec.Scheduling.NodeSelector = map[string]string{"disktype": "nvme"}
+		}))
+		pod := &corev1.Pod{}
+		Eventually(func() error {
+			return k8sClient.Get(ctx, client.ObjectKey{Namespace: cluster.Namespace, Name: "db-0"}, pod)
+		}).Should(Succeed())
+		// What the scheduler writes when no node matches.
+		message := "0/1 nodes are available: 1 node(s) didn't match Pod's node affinity/selector."
+		pod.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionFalse,
+			Reason: corev1.PodReasonUnschedulable, Message: message, LastTransitionTime: metav1.Now()}}
+		Expect(k8sClient.Status().Update(ctx, pod)).To(Succeed())
+		Eventually(func(g Gomega) {
+			d := condition(fetch(cluster), pgv1.ConditionDegraded)
+			g.Expect(d.Status).To(Equal(metav1.ConditionTrue))
+			g.Expect(d.Reason).To(Equal("InstancesUnschedulable"))
+			g.Expect(d.Message).To(ContainSubstring(message))
+		}).Should(Succeed())
+		Eventually(eventReasons).WithArguments(cluster).Should(ContainElement("InstancesUnschedulable"))
+	})
+})

@@ -3,6 +3,7 @@ package controller
 import (
 	"fmt"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -23,6 +24,9 @@ type health struct {
 	primaryWritable bool
 	// streamingReplicas is how many replicas' agents say they stream from the primary.
 	streamingReplicas int32
+	// unschedulable says why the scheduler cannot place an instance pod (an unknown storage
+	// class, contradictory scheduling constraints, no room), "" when every pod is placed.
+	unschedulable string
 }
 
 func assessHealth(s *scope) health {
@@ -40,6 +44,7 @@ func assessHealth(s *scope) health {
 	if pod := s.observed.pod(h.primary); pod != nil {
 		h.primaryReady = podReady(pod)
 	}
+	h.unschedulable = unschedulable(s.observed.pods)
 	for name, report := range s.observed.reports {
 		switch {
 		case name == h.primary && report.Role == agentapi.RolePrimary:
@@ -141,6 +146,8 @@ func setDegradedCondition(status *pgv1.PostgresClusterStatus, o summary) {
 	case o.primary != "" && !o.primaryReady:
 		c.Status, c.Reason = metav1.ConditionTrue, "PrimaryNotReady"
 		c.Message = fmt.Sprintf("primary %s does not accept connections", o.primary)
+	case o.unschedulable != "":
+		c.Status, c.Reason, c.Message = metav1.ConditionTrue, "InstancesUnschedulable", o.unschedulable
 	}
 	meta.SetStatusCondition(&status.Conditions, c)
 }
@@ -197,4 +204,16 @@ func phase(o summary) pgv1.Phase {
 	default:
 		return pgv1.PhaseScaling
 	}
+}
+
+// unschedulable is the scheduler's word on the first instance pod it cannot place.
+func unschedulable(pods []corev1.Pod) string {
+	for i := range pods {
+		for _, c := range pods[i].Status.Conditions {
+			if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable {
+				return fmt.Sprintf("pod %s cannot be scheduled: %s", pods[i].Name, c.Message)
+			}
+		}
+	}
+	return ""
 }

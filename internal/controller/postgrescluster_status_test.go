@@ -111,6 +111,15 @@ func TestComputeStatus(t *testing.T) {
 			wantDegraded:    wantStatusCondition{metav1.ConditionTrue, "PrimaryNotReady", "primary db-0 does not accept connections"},
 		},
 		{
+			name:            "an instance the scheduler cannot place is degraded, saying why",
+			obs:             summary{health: health{desired: 3, instances: 1, unschedulable: "pod db-0 cannot be scheduled: 0/1 nodes are available"}},
+			wantPhase:       pgv1.PhaseBootstrapping,
+			wantObservedGen: generation,
+			wantReady:       wantStatusCondition{metav1.ConditionFalse, "NoPrimary", "the cluster has no primary yet"},
+			wantProgressing: wantStatusCondition{metav1.ConditionTrue, "Scaling", "0 of 3 instances ready"},
+			wantDegraded:    wantStatusCondition{metav1.ConditionTrue, "InstancesUnschedulable", "pod db-0 cannot be scheduled: 0/1 nodes are available"},
+		},
+		{
 			name:            "failure is degraded, stops progressing and keeps the observed generation",
 			obs:             summary{health: health{desired: 3, instances: 3, readyInstances: 3, primary: "db-0", primaryReady: true, primaryWritable: true, streamingReplicas: 2}, failure: &reasonMessage{reason: "NoImage", message: "spec.image is empty"}},
 			wantPhase:       pgv1.PhaseDegraded,
