@@ -105,7 +105,7 @@ vet: ## Run go vet against code.
 	go vet ./...
 
 .PHONY: test
-test: manifests generate fmt vet lint-shell envtest operator-sdk opm ## Run every test: shellcheck, unit, envtest suites, packaging checks, the benchmark budgets, then the e2e specs on the local cluster.
+test: manifests generate fmt vet lint-shell fuzz-short envtest operator-sdk opm ## Run every test: shellcheck, a few seconds of every fuzz target, unit, envtest suites, packaging checks, the benchmark budgets, then the e2e specs on the local cluster.
 	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" go test $(GO_TEST_FLAGS) ./... -coverprofile cover.out
 	$(MAKE) test-e2e
 
@@ -139,6 +139,26 @@ lint-shell: ## Run shellcheck on the shell scripts of hack/ and .ci/.
 	(($${#scripts[@]} > 0)) || { echo "lint-shell: no shell scripts found in $(SHELLCHECK_DIRS)" >&2; exit 1; }; \
 	echo "lint-shell: shellcheck $$($(SHELLCHECK) --version | sed -n 's/^version: //p') on $${#scripts[@]} scripts in $(SHELLCHECK_DIRS)"; \
 	$(SHELLCHECK) -x --source-path=SCRIPTDIR "$${scripts[@]}"
+
+# fuzz runs every Go fuzz target (func FuzzX in a _test.go file under FUZZ_DIRS) for FUZZTIME,
+# one after the other: `go test -fuzz` takes one package and one target per run. Crashers land in
+# the package's testdata/fuzz/FuzzX/, where plain `go test` replays them from then on.
+FUZZTIME ?= 1m
+FUZZTIME_SHORT ?= 5s
+FUZZ_DIRS ?= api internal
+.PHONY: fuzz
+fuzz: ## Run every Go fuzz target for FUZZTIME each, e.g. make fuzz FUZZTIME=5m.
+	@hits=$$(grep -rE --include='*_test.go' '^func Fuzz[A-Za-z0-9_]*\(' $(FUZZ_DIRS) | LC_ALL=C sort); \
+	[[ -n "$$hits" ]] || { echo "fuzz: no fuzz targets found in $(FUZZ_DIRS)" >&2; exit 1; }; \
+	while IFS= read -r hit; do \
+		pkg=./$$(dirname "$${hit%%:*}"); target=$$(sed -E 's/^[^:]*:func (Fuzz[A-Za-z0-9_]*).*/\1/' <<<"$$hit"); \
+		echo "fuzz: $$target in $$pkg for $(FUZZTIME)"; \
+		go test "$$pkg" -run='^$$' -fuzz="^$$target\$$" -fuzztime=$(FUZZTIME); \
+	done <<<"$$hits"
+
+.PHONY: fuzz-short
+fuzz-short: ## Run every Go fuzz target for a few seconds (FUZZTIME_SHORT), as make test does.
+	@$(MAKE) --no-print-directory fuzz FUZZTIME=$(FUZZTIME_SHORT)
 
 .PHONY: lint-config
 lint-config: golangci-lint ## Verify golangci-lint linter configuration

@@ -4,8 +4,9 @@ package v1alpha1
 // postgresql.conf (replication, addresses, password hashing), the instance agent (where the
 // data, the files, the socket and the port are), or recovery, which failover and restores
 // drive. spec.postgresql.parameters may not set them. The CRD rejects each with one
-// XValidation rule on PostgreSQLSpec.Parameters; a test checks that the generated CRD has
-// exactly these rules, and the builder's and agent's tests that they set nothing else.
+// XValidation rule on PostgreSQLSpec.Parameters, and the other spellings of each (PostgreSQL
+// names are case-insensitive) with one rule on PostgreSQLSpec; a test checks that the generated
+// CRD has exactly these rules, and the builder's and agent's tests that they set nothing else.
 var ManagedParameters = []string{
 	"listen_addresses",
 	"port",

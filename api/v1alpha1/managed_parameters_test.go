@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
@@ -36,6 +37,21 @@ func TestCRDRejectsExactlyTheManagedParameters(t *testing.T) {
 		}
 		for rule := range rules {
 			t.Errorf("%s: rule %s on parameters is not for a managed parameter (add it to ManagedParameters)", version.Name, rule)
+		}
+		// PostgreSQL compares setting names case-insensitively, so one rule on postgresql
+		// rejects the other spellings (WAL_LEVEL) of the very same list.
+		var otherCase string
+		for _, v := range version.Schema.OpenAPIV3Schema.Properties["spec"].Properties["postgresql"].XValidations {
+			if strings.Contains(v.Message, "in other letter case") {
+				otherCase = v.Rule
+			}
+		}
+		quoted := make([]string, len(pgv1.ManagedParameters))
+		for i, name := range pgv1.ManagedParameters {
+			quoted[i] = "'" + name + "'"
+		}
+		if want := "[" + strings.Join(quoted, ", ") + "]"; !strings.Contains(otherCase, want) {
+			t.Errorf("%s: the other-case rule on postgresql is %q, want it to test the list %s", version.Name, otherCase, want)
 		}
 	}
 }

@@ -123,7 +123,7 @@ type PostgreSQLSpec struct {
 	// +kubebuilder:validation:XValidation:rule="!('cluster_name' in self)",message="postgresql.parameters.cluster_name is managed by pgpilot and cannot be set"
 	// +optional
 	// +operator-sdk:csv:customresourcedefinitions:type=spec,displayName="PostgreSQL Parameters",xDescriptors={"urn:alm:descriptor:com.tectonic.ui:advanced"}
-	Parameters map[string]string `json:"parameters,omitempty"`
+	Parameters map[string]ParameterValue `json:"parameters,omitempty"`
 
 	// Extra pg_hba.conf lines, inserted before pgpilot's own rules, for example
 	// "hostssl app app 10.0.0.0/8 scram-sha-256".

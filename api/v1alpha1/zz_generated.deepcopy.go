@@ -92,7 +92,7 @@ func (in *PostgreSQLSpec) DeepCopyInto(out *PostgreSQLSpec) {
 	*out = *in
 	if in.Parameters != nil {
 		in, out := &in.Parameters, &out.Parameters
-		*out = make(map[string]string, len(*in))
+		*out = make(map[string]ParameterValue, len(*in))
 		for key, val := range *in {
 			(*out)[key] = val
 		}

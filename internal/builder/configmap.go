@@ -2,6 +2,8 @@ package builder
 
 import (
 	"fmt"
+	"maps"
+	"regexp"
 	"slices"
 	"strings"
 
@@ -44,28 +46,50 @@ var defaultParameters = map[string]string{
 
 // PostgresqlConf renders the complete postgresql.conf of every instance: pgpilot's managed
 // settings, then defaults merged with spec.postgresql.parameters, sorted so the output is stable.
+// PostgreSQL compares setting names case-insensitively and the last line wins, so names are
+// merged case-insensitively: a user's Max_Wal_Senders replaces the default max_wal_senders
+// instead of being overridden by it.
 func PostgresqlConf(c *pgv1.PostgresCluster) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "# Managed by pgpilot. Change spec.postgresql of PostgresCluster %s instead.\n", c.Name)
 	for _, kv := range managedParameters(c) {
 		fmt.Fprintf(&b, "%s = %s\n", kv[0], kv[1])
 	}
-	params := map[string]string{}
+	params := map[string][2]string{}
 	for k, v := range defaultParameters {
-		params[k] = v
+		params[k] = [2]string{k, v}
 	}
-	for k, v := range c.Spec.PostgreSQL.Parameters {
-		params[k] = v
+	// Sorted, so that of two spellings of one name the same one wins on every render.
+	for _, k := range slices.Sorted(maps.Keys(c.Spec.PostgreSQL.Parameters)) {
+		if v := string(c.Spec.PostgreSQL.Parameters[k]); writableParameter(k, v) {
+			params[strings.ToLower(k)] = [2]string{k, v}
+		}
 	}
-	keys := make([]string, 0, len(params))
-	for k := range params {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	for _, k := range keys {
-		fmt.Fprintf(&b, "%s = %s\n", k, quote(params[k]))
+	for _, lower := range slices.Sorted(maps.Keys(params)) {
+		kv := params[lower]
+		fmt.Fprintf(&b, "%s = %s\n", kv[0], quote(kv[1]))
 	}
 	return b.String()
+}
+
+// parameterName is what PostgreSQL's configuration file lexer reads as a setting name (an
+// identifier, or extension.identifier), restricted to ASCII like the CRD's rule.
+var parameterName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)?$`)
+
+// fileDirectives look like settings but make PostgreSQL read other files.
+var fileDirectives = []string{"include", "include_dir", "include_if_exists"}
+
+// writableParameter says whether a user parameter can be written as exactly the one setting
+// the user asked for. The CRD rejects every parameter this refuses; this check keeps the
+// file safe for objects stored before those rules, or written around the API server.
+func writableParameter(name, value string) bool {
+	lower := strings.ToLower(name)
+	return parameterName.MatchString(name) &&
+		!slices.Contains(fileDirectives, lower) &&
+		// Case-insensitively, as PostgreSQL compares names: WAL_LEVEL would override wal_level.
+		!slices.Contains(pgv1.ManagedParameters, lower) &&
+		// PostgreSQL keeps values as C strings: no escape survives a NUL.
+		!strings.ContainsRune(value, 0)
 }
 
 // PgHBAConf renders pg_hba.conf: the user's lines first (first match wins), then pgpilot's.
@@ -73,7 +97,7 @@ func PgHBAConf(c *pgv1.PostgresCluster) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "# Managed by pgpilot. Change spec.postgresql.pgHBA of PostgresCluster %s instead.\n", c.Name)
 	for _, line := range c.Spec.PostgreSQL.PgHBA {
-		b.WriteString(strings.TrimSpace(line) + "\n")
+		b.WriteString(hbaLine(line) + "\n")
 	}
 	b.WriteString("local all all peer\n")
 	b.WriteString("host all all 127.0.0.1/32 scram-sha-256\n")
@@ -81,6 +105,27 @@ func PgHBAConf(c *pgv1.PostgresCluster) string {
 	fmt.Fprintf(&b, "host replication %s all scram-sha-256\n", agentapi.DefaultReplicationUser)
 	b.WriteString("host all all all scram-sha-256\n")
 	return b.String()
+}
+
+// hbaLine keeps a user's entry to one pg_hba.conf record, which the CRD already requires.
+// pg_hba.conf has no escapes: a line break would start a second record, a NUL would end the
+// one PostgreSQL reads and a trailing backslash would continue it onto pgpilot's first rule
+// (PostgreSQL 16 and later). Breaks and NULs become blanks, so an entry that hid a second
+// record becomes one invalid record that PostgreSQL refuses, rather than two it accepts.
+func hbaLine(entry string) string {
+	entry = strings.Map(func(r rune) rune {
+		if r == '\n' || r == '\r' || r == 0 {
+			return ' '
+		}
+		return r
+	}, entry)
+	for {
+		trimmed := strings.TrimRight(strings.TrimSpace(entry), `\`)
+		if trimmed == entry {
+			return entry
+		}
+		entry = trimmed
+	}
 }
 
 // BuildConfigMap holds the instances' configuration files.
@@ -94,7 +139,13 @@ func BuildConfigMap(c *pgv1.PostgresCluster) *corev1ac.ConfigMapApplyConfigurati
 		})
 }
 
+// quoteEscapes are the characters a postgresql.conf string literal cannot hold as they are.
+// Inside quotes a backslash escapes the next character, so a value's own backslash must be
+// doubled, or a trailing one would escape the closing quote. Strings cannot span lines, but
+// the lexer reads \n and \r escapes.
+var quoteEscapes = strings.NewReplacer(`\`, `\\`, `'`, `''`, "\n", `\n`, "\r", `\r`)
+
 // quote renders a postgresql.conf string literal; every setting type accepts the quoted form.
 func quote(v string) string {
-	return "'" + strings.ReplaceAll(v, "'", "''") + "'"
+	return "'" + quoteEscapes.Replace(v) + "'"
 }

@@ -36,7 +36,7 @@ func TestManagedSettingsAreRejectedByTheCRD(t *testing.T) {
 func TestPostgresqlConf(t *testing.T) {
 	tests := []struct {
 		name         string
-		parameters   map[string]string
+		parameters   map[string]pgv1.ParameterValue
 		wantLines    []string
 		notWantLines []string
 	}{
@@ -55,18 +55,18 @@ func TestPostgresqlConf(t *testing.T) {
 		},
 		{
 			name:         "user parameter overrides a default",
-			parameters:   map[string]string{"max_wal_senders": "20"},
+			parameters:   map[string]pgv1.ParameterValue{"max_wal_senders": "20"},
 			wantLines:    []string{"max_wal_senders = '20'"},
 			notWantLines: []string{"max_wal_senders = '10'"},
 		},
 		{
 			name:       "user parameter is added",
-			parameters: map[string]string{"shared_buffers": "256MB"},
+			parameters: map[string]pgv1.ParameterValue{"shared_buffers": "256MB"},
 			wantLines:  []string{"shared_buffers = '256MB'", "max_wal_senders = '10'"},
 		},
 		{
 			name:       "single quotes are escaped by doubling",
-			parameters: map[string]string{"search_path": `"$user", 'public'`},
+			parameters: map[string]pgv1.ParameterValue{"search_path": `"$user", 'public'`},
 			wantLines:  []string{`search_path = '"$user", ''public'''`},
 		},
 	}
@@ -89,7 +89,7 @@ func TestPostgresqlConf(t *testing.T) {
 }
 
 func TestPostgresqlConfIsDeterministicAndSorted(t *testing.T) {
-	params := map[string]string{
+	params := map[string]pgv1.ParameterValue{
 		"work_mem": "8MB", "shared_buffers": "256MB", "max_connections": "200",
 		"effective_cache_size": "1GB", "autovacuum": "on", "log_min_duration_statement": "500",
 	}

@@ -61,7 +61,7 @@ var _ = Describe("PostgresCluster reconciler", func() {
 
 		c := updateCluster(cluster, func(c *pgv1.PostgresCluster) {
 			c.Spec.Instances = 5
-			c.Spec.PostgreSQL.Parameters = map[string]string{"max_connections": "250"}
+			c.Spec.PostgreSQL.Parameters = map[string]pgv1.ParameterValue{"max_connections": "250"}
 		})
 
 		Eventually(func(g Gomega) {
@@ -183,25 +183,28 @@ var _ = Describe("CRD validation", func() {
 			Expect(err.Error()).To(ContainSubstring(message))
 		},
 		Entry("a managed parameter", func(c *pgv1.PostgresCluster) {
-			c.Spec.PostgreSQL.Parameters = map[string]string{"port": "6543", "work_mem": "8MB"}
+			c.Spec.PostgreSQL.Parameters = map[string]pgv1.ParameterValue{"port": "6543", "work_mem": "8MB"}
 		}, "postgresql.parameters.port is managed by pgpilot and cannot be set"),
 		Entry("two managed parameters", func(c *pgv1.PostgresCluster) {
-			c.Spec.PostgreSQL.Parameters = map[string]string{"wal_level": "minimal", "listen_addresses": "*"}
+			c.Spec.PostgreSQL.Parameters = map[string]pgv1.ParameterValue{"wal_level": "minimal", "listen_addresses": "*"}
 		}, "postgresql.parameters.listen_addresses is managed by pgpilot"),
 		Entry("a parameter name that hides a second setting", func(c *pgv1.PostgresCluster) {
-			c.Spec.PostgreSQL.Parameters = map[string]string{"a = 1\nwal_level": "minimal"}
+			c.Spec.PostgreSQL.Parameters = map[string]pgv1.ParameterValue{"a = 1\nwal_level": "minimal"}
 		}, "postgresql.parameters names must be PostgreSQL setting names"),
 		Entry("an include directive", func(c *pgv1.PostgresCluster) {
-			c.Spec.PostgreSQL.Parameters = map[string]string{"Include_Dir": "/tmp"}
+			c.Spec.PostgreSQL.Parameters = map[string]pgv1.ParameterValue{"Include_Dir": "/tmp"}
 		}, "postgresql.parameters cannot set include, include_dir or include_if_exists"),
 		Entry("a managed parameter in upper case", func(c *pgv1.PostgresCluster) {
-			c.Spec.PostgreSQL.Parameters = map[string]string{"WAL_LEVEL": "minimal"}
+			c.Spec.PostgreSQL.Parameters = map[string]pgv1.ParameterValue{"WAL_LEVEL": "minimal"}
 		}, "postgresql.parameters names a setting managed by pgpilot in other letter case"),
 		Entry("a line break in a parameter value", func(c *pgv1.PostgresCluster) {
-			c.Spec.PostgreSQL.Parameters = map[string]string{"search_path": "\\'\nwal_level = minimal\n#"}
+			c.Spec.PostgreSQL.Parameters = map[string]pgv1.ParameterValue{"search_path": "\\'\nwal_level = minimal\n#"}
 		}, "postgresql.parameters values cannot contain line breaks or NUL characters"),
+		Entry("a parameter value longer than any setting", func(c *pgv1.PostgresCluster) {
+			c.Spec.PostgreSQL.Parameters = map[string]pgv1.ParameterValue{"application_name": pgv1.ParameterValue(strings.Repeat("x", 4097))}
+		}, "spec.postgresql.parameters.application_name: Too long"),
 		Entry("a NUL in a parameter value", func(c *pgv1.PostgresCluster) {
-			c.Spec.PostgreSQL.Parameters = map[string]string{"application_name": "a\x00b"}
+			c.Spec.PostgreSQL.Parameters = map[string]pgv1.ParameterValue{"application_name": "a\x00b"}
 		}, "postgresql.parameters values cannot contain line breaks or NUL characters"),
 		Entry("a second pg_hba line in an entry", func(c *pgv1.PostgresCluster) {
 			c.Spec.PostgreSQL.PgHBA = []string{"host all all 10.0.0.0/8 reject\nhost all all all trust"}
@@ -242,7 +245,7 @@ var _ = Describe("CRD validation", func() {
 	It("rejects every parameter pgpilot manages, naming it", func() {
 		for _, name := range pgv1.ManagedParameters {
 			err := k8sClient.Create(ctx, newCluster(namespace, func(c *pgv1.PostgresCluster) {
-				c.Spec.PostgreSQL.Parameters = map[string]string{name: "x", "work_mem": "8MB"}
+				c.Spec.PostgreSQL.Parameters = map[string]pgv1.ParameterValue{name: "x", "work_mem": "8MB"}
 			}))
 			Expect(apierrors.IsInvalid(err)).To(BeTrue(), "%s: %v", name, err)
 			Expect(err.Error()).To(ContainSubstring(pgv1.ManagedParameterMessage(name)))
@@ -251,7 +254,7 @@ var _ = Describe("CRD validation", func() {
 
 	It("accepts parameters and pg_hba entries that only look hostile: pgpilot escapes them", func() {
 		createCluster(newCluster(namespace, func(c *pgv1.PostgresCluster) {
-			c.Spec.PostgreSQL.Parameters = map[string]string{
+			c.Spec.PostgreSQL.Parameters = map[string]pgv1.ParameterValue{
 				"application_name":       `it's a \ # = caf\u00e9`,
 				"search_path":            `public\`,
 				"TimeZone":               "UTC",

@@ -114,7 +114,7 @@ var _ = Describe("Instances with real agents", func() {
 		}, 60*time.Second).Should(Succeed())
 
 		updateCluster(cluster, func(c *pgv1.PostgresCluster) {
-			c.Spec.PostgreSQL.Parameters = map[string]string{"max_connections": "150"}
+			c.Spec.PostgreSQL.Parameters = map[string]pgv1.ParameterValue{"max_connections": "150"}
 		})
 		// What the kubelet does with the ConfigMap volume: project the new files into each pod.
 		Eventually(func(g Gomega) {

@@ -86,7 +86,7 @@ var _ = Describe("Streaming replication", Ordered, func() {
 			if err := k8s.Get(ctx, client.ObjectKeyFromObject(cluster), current); err != nil {
 				return err
 			}
-			current.Spec.PostgreSQL.Parameters = map[string]string{"work_mem": "24MB"}
+			current.Spec.PostgreSQL.Parameters = map[string]pgv1.ParameterValue{"work_mem": "24MB"}
 			return k8s.Update(ctx, current)
 		})).To(Succeed())
 		// The kubelet projects the new ConfigMap into the pods (up to a minute or two), the

@@ -75,7 +75,12 @@ func Cluster(parameters map[string]string) *pgv1.PostgresCluster {
 	c := &pgv1.PostgresCluster{}
 	c.Name = "pgtest"
 	c.Spec.Storage.Size = resource.MustParse("1Gi")
-	c.Spec.PostgreSQL.Parameters = parameters
+	for name, value := range parameters {
+		if c.Spec.PostgreSQL.Parameters == nil {
+			c.Spec.PostgreSQL.Parameters = map[string]pgv1.ParameterValue{}
+		}
+		c.Spec.PostgreSQL.Parameters[name] = pgv1.ParameterValue(value)
+	}
 	return c
 }
 
