@@ -83,29 +83,24 @@ func checkPostgresqlConf(t *testing.T, c *pgv1.PostgresCluster, conf string) {
 }
 
 // checkPgHBAConf asserts that every user entry is exactly one pg_hba.conf record and that
-// pgpilot's rules follow, whole and unchanged, as the last records.
+// pgpilot's own records, those of the file without user entries, surround them unchanged.
 func checkPgHBAConf(t *testing.T, c *pgv1.PostgresCluster, conf string) {
 	t.Helper()
 	if strings.ContainsRune(conf, 0) {
 		t.Errorf("pg_hba.conf has a NUL, which ends the record PostgreSQL reads\n%q", conf)
 	}
-	records := hbaRecords(conf)
-	wantRecords := 1 + len(c.Spec.PostgreSQL.PgHBA) + len(pgpilotHBARules)
-	if len(records) != wantRecords {
-		t.Fatalf("%d records, want %d (header, %d user entries, pgpilot's rules)\n%q",
-			len(records), wantRecords, len(c.Spec.PostgreSQL.PgHBA), conf)
+	bare := c.DeepCopy()
+	bare.Spec.PostgreSQL.PgHBA = nil
+	pgpilot, records, entries := hbaRecords(PgHBAConf(bare)), hbaRecords(conf), len(c.Spec.PostgreSQL.PgHBA)
+	if len(records) != len(pgpilot)+entries {
+		t.Fatalf("%d records, want %d: pgpilot's %d and one per user entry\n%q", len(records), len(pgpilot)+entries, len(pgpilot), conf)
 	}
-	if got := records[len(records)-len(pgpilotHBARules):]; !slices.Equal(got, pgpilotHBARules) {
-		t.Errorf("pgpilot's rules are %q, want %q", got, pgpilotHBARules)
+	for i := range len(pgpilot) + 1 {
+		if slices.Equal(records[:i], pgpilot[:i]) && slices.Equal(records[i+entries:], pgpilot[i:]) {
+			return
+		}
 	}
-}
-
-var pgpilotHBARules = []string{
-	"local all all peer",
-	"host all all 127.0.0.1/32 scram-sha-256",
-	"host all all ::1/128 scram-sha-256",
-	"host replication streaming_replica all scram-sha-256",
-	"host all all all scram-sha-256",
+	t.Errorf("pgpilot's records %q are not all there, unchanged, around the user's\n%q", pgpilot, conf)
 }
 
 // hostileValues are the seeds of both fuzz targets and the cases of the table tests.
