@@ -92,10 +92,14 @@ func writableParameter(name, value string) bool {
 		!strings.ContainsRune(value, 0)
 }
 
-// PgHBAConf renders pg_hba.conf: the user's lines first (first match wins), then pgpilot's.
+// PgHBAConf renders pg_hba.conf: the agent's own login first, then the user's lines (first
+// match wins), then pgpilot's.
 func PgHBAConf(c *pgv1.PostgresCluster) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "# Managed by pgpilot. Change spec.postgresql.pgHBA of PostgresCluster %s instead.\n", c.Name)
+	// The agent logs in as the superuser over the pod's socket without a password, so that it
+	// can always set the passwords the Secrets hold (the agent writes the ident map).
+	fmt.Fprintf(&b, "local all %s peer map=%s\n", agentapi.Superuser, agentapi.LocalSuperuserMap)
 	for _, line := range c.Spec.PostgreSQL.PgHBA {
 		b.WriteString(hbaLine(line) + "\n")
 	}

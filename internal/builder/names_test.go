@@ -44,7 +44,9 @@ func derivedNames(c *pgv1.PostgresCluster) map[string]func(string) []string {
 }
 
 func TestEveryDerivedNameIsValidAtTheLongestClusterName(t *testing.T) {
-	c := newCluster(func(c *pgv1.PostgresCluster) { c.Name = "a" + strings.Repeat("b9-", 20)[:pgv1.MaxClusterNameLength-2] + "z" })
+	c := newCluster(func(c *pgv1.PostgresCluster) {
+		c.Name = "a" + strings.Repeat("b9-", 20)[:pgv1.MaxClusterNameLength-2] + "z"
+	})
 	if len(c.Name) != pgv1.MaxClusterNameLength {
 		t.Fatalf("test name has %d characters", len(c.Name))
 	}

@@ -27,6 +27,10 @@ const (
 	socketDir        = "/var/run/postgresql"
 	agentVolumeName  = "pgpilot-bin"
 	agentDir         = "/pgpilot/bin"
+	// The credential Secrets, projected: the kubelet rewrites the files when a Secret changes,
+	// and the agent applies the new passwords without a restart.
+	credentialsVolumeName = "credentials"
+	credentialsDir        = "/pgpilot/credentials"
 )
 
 // AgentBinary is where the operator image keeps the instance agent.
@@ -106,6 +110,7 @@ func buildPodTemplate(c *pgv1.PostgresCluster, images Images) (*corev1ac.PodTemp
 				WithConfigMap(corev1ac.ConfigMapVolumeSource().WithName(ConfigMapName(c))),
 			corev1ac.Volume().WithName(socketVolumeName).WithEmptyDir(corev1ac.EmptyDirVolumeSource()),
 			corev1ac.Volume().WithName(agentVolumeName).WithEmptyDir(corev1ac.EmptyDirVolumeSource()),
+			credentialsVolume(c),
 		)
 	if err := applyScheduling(spec, c); err != nil {
 		return nil, err
@@ -159,6 +164,7 @@ func buildPostgresContainer(c *pgv1.PostgresCluster, image string) *corev1ac.Con
 			corev1ac.VolumeMount().WithName(configVolumeName).WithMountPath(ConfigMountPath).WithReadOnly(true),
 			corev1ac.VolumeMount().WithName(socketVolumeName).WithMountPath(socketDir),
 			corev1ac.VolumeMount().WithName(agentVolumeName).WithMountPath(agentDir).WithReadOnly(true),
+			corev1ac.VolumeMount().WithName(credentialsVolumeName).WithMountPath(credentialsDir).WithReadOnly(true),
 		)
 	if res := c.Spec.Resources; len(res.Limits) > 0 || len(res.Requests) > 0 {
 		rr := corev1ac.ResourceRequirements()
@@ -183,6 +189,7 @@ func AgentConfig(c *pgv1.PostgresCluster) agentapi.Config {
 		ConfigDir:      ConfigMountPath,
 		SocketDir:      socketDir,
 		AppDatabase:    c.Spec.Bootstrap.InitDB.Database,
+		CredentialsDir: credentialsDir,
 	}.WithDefaults()
 }
 
@@ -202,20 +209,34 @@ func agentCredentials(c *pgv1.PostgresCluster) agentapi.CredentialRefs {
 
 func agentEnvironment(c *pgv1.PostgresCluster) []*corev1ac.EnvVarApplyConfiguration {
 	var env []*corev1ac.EnvVarApplyConfiguration
-	for _, v := range AgentConfig(c).Environment(agentCredentials(c)) {
+	for _, v := range AgentConfig(c).Environment() {
 		e := corev1ac.EnvVar().WithName(v.Name)
-		switch {
-		case v.FieldPath != "":
+		if v.FieldPath != "" {
 			e.WithValueFrom(corev1ac.EnvVarSource().WithFieldRef(corev1ac.ObjectFieldSelector().WithFieldPath(v.FieldPath)))
-		case v.Secret != nil:
-			e.WithValueFrom(corev1ac.EnvVarSource().
-				WithSecretKeyRef(corev1ac.SecretKeySelector().WithName(v.Secret.Name).WithKey(v.Secret.Key)))
-		default:
+		} else {
 			e.WithValue(v.Value)
 		}
 		env = append(env, e)
 	}
 	return env
+}
+
+// credentialsVolume projects each credential's Secret key to its file in the agent's
+// credentials directory, readable by the pod's group only.
+func credentialsVolume(c *pgv1.PostgresCluster) *corev1ac.VolumeApplyConfiguration {
+	var sources []*corev1ac.VolumeProjectionApplyConfiguration
+	bySecret := map[string]*corev1ac.SecretProjectionApplyConfiguration{}
+	for _, f := range agentCredentials(c).Files() {
+		projection, ok := bySecret[f.Secret.Name]
+		if !ok {
+			projection = corev1ac.SecretProjection().WithName(f.Secret.Name)
+			bySecret[f.Secret.Name] = projection
+			sources = append(sources, corev1ac.VolumeProjection().WithSecret(projection))
+		}
+		projection.WithItems(corev1ac.KeyToPath().WithKey(f.Secret.Key).WithPath(f.Path))
+	}
+	return corev1ac.Volume().WithName(credentialsVolumeName).WithProjected(corev1ac.ProjectedVolumeSource().
+		WithDefaultMode(0o440).WithSources(sources...))
 }
 
 func agentProbe(path string, period, failures int32) *corev1ac.ProbeApplyConfiguration {

@@ -264,16 +264,40 @@ func TestBuildStatefulSetRunsTheAgent(t *testing.T) {
 	for _, e := range pg.Env {
 		env[e.Name] = e
 	}
-	for name, secret := range map[string]string{
-		"PGPILOT_SUPERUSER_PASSWORD":   SuperuserSecretName(c),
-		"PGPILOT_REPLICATION_PASSWORD": ReplicationSecretName(c),
-		"PGPILOT_APP_USER":             AppSecretName(c),
-		"PGPILOT_APP_PASSWORD":         AppSecretName(c),
-		"PGPILOT_AGENT_TOKEN":          AgentSecretName(c),
-	} {
-		if ref := env[name].ValueFrom; ref == nil || ref.SecretKeyRef == nil || ref.SecretKeyRef.Name != secret {
-			t.Errorf("env %s = %+v, want a reference to Secret %s", name, env[name], secret)
+	// Credentials are files projected from the Secrets (the kubelet updates them in place), never
+	// environment variables (fixed for the container's life).
+	for _, e := range pg.Env {
+		if e.ValueFrom != nil && e.ValueFrom.SecretKeyRef != nil {
+			t.Errorf("env %s comes from a Secret", e.Name)
 		}
+	}
+	projected := map[string]string{} // file → Secret/key
+	for _, v := range pod.Volumes {
+		if v.Projected == nil {
+			continue
+		}
+		if v.Projected.DefaultMode == nil || *v.Projected.DefaultMode != 0o440 {
+			t.Errorf("credentials volume mode %v, want 0440", v.Projected.DefaultMode)
+		}
+		for _, source := range v.Projected.Sources {
+			for _, item := range source.Secret.Items {
+				projected[item.Path] = source.Secret.Name + "/" + item.Key
+			}
+		}
+	}
+	for file, want := range map[string]string{
+		"superuser-password":   SuperuserSecretName(c) + "/password",
+		"replication-password": ReplicationSecretName(c) + "/password",
+		"app-username":         AppSecretName(c) + "/username",
+		"app-password":         AppSecretName(c) + "/password",
+		"agent-token":          AgentSecretName(c) + "/password",
+	} {
+		if projected[file] != want {
+			t.Errorf("credential file %s from %q, want %s", file, projected[file], want)
+		}
+	}
+	if env["PGPILOT_CREDENTIALS_DIR"].Value != "/pgpilot/credentials" {
+		t.Errorf("PGPILOT_CREDENTIALS_DIR = %+v", env["PGPILOT_CREDENTIALS_DIR"])
 	}
 	for name, want := range map[string]string{
 		"PGDATA": PGDataPath, "PGPILOT_INITIAL_PRIMARY": "db-0", "PGPILOT_PRIMARY_HOST": "db-rw", "PGPILOT_APP_DATABASE": "app",

@@ -89,7 +89,7 @@ var _ = Describe("Instances with real agents", func() {
 		updateCluster(cluster, func(c *pgv1.PostgresCluster) { c.Spec.Instances = 1 })
 		Expect(standby.Stop()).To(Succeed())
 		admin := pgtest.Connect(GinkgoT(), primary.Instance, agentapi.Superuser,
-			agentConfig(cluster, "db-0", "db-0", 0, primary.Instance).Credentials.SuperuserPassword, "postgres")
+			clusterCredentials(cluster).SuperuserPassword, "postgres")
 		Eventually(func() ([]string, error) {
 			rows, err := admin.Query(ctx, "SELECT slot_name::text FROM pg_replication_slots")
 			if err != nil {
@@ -126,7 +126,7 @@ var _ = Describe("Instances with real agents", func() {
 			}
 		}).Should(Succeed())
 
-		password := agentConfig(cluster, "db-0", "db-0", 0, primary.Instance).Credentials.SuperuserPassword
+		password := clusterCredentials(cluster).SuperuserPassword
 		for _, a := range []*pgtest.RunningAgent{primary, replica} {
 			Eventually(func(g Gomega) {
 				conn, err := postgres.Connect(ctx, a.Instance.Port, agentapi.Superuser, password, "postgres")
@@ -170,9 +170,14 @@ var _ = Describe("Instances with real agents", func() {
 	})
 })
 
-// agentConfig is what the StatefulSet's environment gives an agent, read from the Secrets the
-// operator generated for cluster.
+// agentConfig is what the StatefulSet's environment and credential files give an agent, from
+// the Secrets the operator generated for cluster.
 func agentConfig(cluster *pgv1.PostgresCluster, pod, initialPrimary string, primaryPort int, inst *postgres.Instance) agentapi.Config {
+	return pgtest.AgentConfig(GinkgoT(), inst, pod, initialPrimary, primaryPort, clusterCredentials(cluster))
+}
+
+// clusterCredentials reads the credentials from cluster's Secrets.
+func clusterCredentials(cluster *pgv1.PostgresCluster) agentapi.Credentials {
 	secret := func(name, key string) string {
 		secret := &corev1.Secret{}
 		Eventually(func() error {
@@ -181,13 +186,13 @@ func agentConfig(cluster *pgv1.PostgresCluster, pod, initialPrimary string, prim
 		return string(secret.Data[key])
 	}
 	password := func(name string) string { return secret(name, corev1.BasicAuthPasswordKey) }
-	return pgtest.AgentConfig(inst, pod, initialPrimary, primaryPort, agentapi.Credentials{
+	return agentapi.Credentials{
 		SuperuserPassword:   password(pgbuilder.SuperuserSecretName(cluster)),
 		ReplicationPassword: password(pgbuilder.ReplicationSecretName(cluster)),
 		AppUser:             secret(pgbuilder.AppSecretName(cluster), corev1.BasicAuthUsernameKey),
 		AppPassword:         password(pgbuilder.AppSecretName(cluster)),
 		AgentToken:          password(pgbuilder.AgentSecretName(cluster)),
-	})
+	}
 }
 
 // restartNotes lists the InstanceRestarted events about cluster, oldest first.

@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/user"
 	"path/filepath"
 	"sync"
 	"time"
@@ -51,7 +52,19 @@ func NewInstance(c agentapi.Config) *postgres.Instance {
 		},
 		Port:      c.PostgresPort,
 		SocketDir: c.SocketDir,
+		IdentMap:  localSuperuserMap(),
 	}
+}
+
+// localSuperuserMap lets the agent's own OS user log in as the superuser over the local socket
+// (pg_hba.conf's first line: peer authentication through the map "pgpilot"), so that the agent
+// never depends on a password it may be about to change.
+func localSuperuserMap() string {
+	name := "postgres"
+	if u, err := user.Current(); err == nil {
+		name = u.Username
+	}
+	return fmt.Sprintf("%s %s %s\n", agentapi.LocalSuperuserMap, name, agentapi.Superuser)
 }
 
 // Agent supervises one PostgreSQL instance.
@@ -62,12 +75,20 @@ type Agent struct {
 	Log      logr.Logger
 	// restartMu makes restarts one at a time.
 	restartMu sync.Mutex
+	// latest are the credentials last read (credsMu: the API reads the token); applied, those
+	// PostgreSQL was last given (the supervisor loop only).
+	credsMu sync.Mutex
+	latest  agentapi.Credentials
+	applied *agentapi.Credentials
 }
 
 // Run bootstraps the instance if its data directory is empty, starts PostgreSQL, serves the
 // API and applies configuration changes until ctx ends, then shuts PostgreSQL down in order.
 // It returns an error when PostgreSQL stops on its own, so that the container restarts.
 func (a *Agent) Run(ctx context.Context) error {
+	if _, err := a.readCredentials(); err != nil {
+		return err
+	}
 	if !a.Instance.Initialised() {
 		if err := a.bootstrap(ctx); err != nil {
 			return fmt.Errorf("bootstrap: %w", err)
@@ -83,7 +104,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		}
 	}
 	address := cmp.Or(a.Options.ListenAddress, a.Config.ListenAddress())
-	server := &http.Server{Handler: NewHandler(a, a.Config.Credentials.AgentToken), ReadHeaderTimeout: 5 * time.Second}
+	server := &http.Server{Handler: NewHandler(a, a.token), ReadHeaderTimeout: 5 * time.Second}
 	listener, err := net.Listen("tcp", address)
 	if err != nil {
 		_ = a.Instance.Stop(a.Options.ShutdownGrace)
@@ -111,6 +132,7 @@ func (a *Agent) Run(ctx context.Context) error {
 			}
 			return fmt.Errorf("postgres exited: %v", a.Instance.ExitErr())
 		case <-ticker.C:
+			a.syncCredentials(ctx)
 			if hash := a.configHash(); hash != lastConfig {
 				a.Log.Info("configuration changed, reloading")
 				if err := a.Instance.Reload(); err != nil {
@@ -128,11 +150,9 @@ func (a *Agent) Run(ctx context.Context) error {
 func (a *Agent) bootstrap(ctx context.Context) error {
 	if a.Config.PodName == a.Config.InitialPrimary {
 		a.Log.Info("initialising a new cluster")
-		return a.Instance.InitDB(ctx, a.Config.Credentials.SuperuserPassword)
+		return a.Instance.InitDB(ctx, a.credentials().SuperuserPassword)
 	}
-	conninfo := fmt.Sprintf("host=%s port=%d user=%s password=%s application_name=%s connect_timeout=5",
-		a.Config.PrimaryHost, a.Config.PostgresPort, a.Config.ReplicationUser,
-		a.Config.Credentials.ReplicationPassword, a.Config.PodName)
+	conninfo := a.primaryConnInfo(a.credentials())
 	for attempt := 1; ; attempt++ {
 		a.Log.Info("cloning the primary", "host", a.Config.PrimaryHost, "attempt", attempt)
 		err := a.Instance.Clone(ctx, conninfo, agentapi.SlotName(a.Config.PodName))
@@ -158,8 +178,12 @@ func (a *Agent) ensureRoles(ctx context.Context) error {
 	for {
 		conn, err := a.connect(ctx)
 		if err == nil {
-			err = postgres.EnsureRoles(ctx, conn, a.roles())
+			c := a.credentials()
+			err = postgres.EnsureRoles(ctx, conn, a.roles(c))
 			_ = conn.Close(ctx)
+			if err == nil {
+				a.applied = &c
+			}
 			return err
 		}
 		select {
@@ -178,17 +202,9 @@ func (a *Agent) isPrimary() bool {
 	return os.IsNotExist(err)
 }
 
-func (a *Agent) roles() postgres.Roles {
-	c := a.Config
-	return postgres.Roles{
-		ReplicationUser: c.ReplicationUser, ReplicationPassword: c.Credentials.ReplicationPassword,
-		AppOwner: c.Credentials.AppUser, AppPassword: c.Credentials.AppPassword, AppDatabase: c.AppDatabase,
-	}
-}
-
-// connect opens a superuser connection to the local server.
+// connect opens a superuser connection to the local server, over its socket.
 func (a *Agent) connect(ctx context.Context) (*pgx.Conn, error) {
-	return postgres.Connect(ctx, a.Instance.Port, agentapi.Superuser, a.Config.Credentials.SuperuserPassword, "postgres")
+	return postgres.ConnectLocal(ctx, a.Instance.SocketDir, a.Instance.Port, agentapi.Superuser, "postgres")
 }
 
 func (a *Agent) configHash() [32]byte {

@@ -23,8 +23,8 @@ const token = "agent-token-for-tests"
 var credentials = agentapi.Credentials{SuperuserPassword: "super", ReplicationPassword: "repl",
 	AppUser: "app", AppPassword: "app-pass", AgentToken: token}
 
-func agentConfig(pod string, inst *postgres.Instance, primaryPort int) agentapi.Config {
-	return pgtest.AgentConfig(inst, pod, "db-0", primaryPort, credentials)
+func agentConfig(t *testing.T, pod string, inst *postgres.Instance, primaryPort int) agentapi.Config {
+	return pgtest.AgentConfig(t, inst, pod, "db-0", primaryPort, credentials)
 }
 
 func get(url, bearer string) (int, string, error)  { return call(http.MethodGet, url, bearer) }
@@ -61,8 +61,8 @@ func TestAgentsBootstrapReplicateReloadAndReport(t *testing.T) {
 	primaryInst, standbyInst := pgtest.NewInstance(t, "db-0"), pgtest.NewInstance(t, "db-1")
 	// Both start at once: the standby keeps retrying its clone until the primary is up and
 	// has created the replication role.
-	primary := pgtest.StartAgent(t, agentConfig("db-0", primaryInst, primaryInst.Port), primaryInst)
-	standby := pgtest.StartAgent(t, agentConfig("db-1", standbyInst, primaryInst.Port), standbyInst)
+	primary := pgtest.StartAgent(t, agentConfig(t, "db-0", primaryInst, primaryInst.Port), primaryInst)
+	standby := pgtest.StartAgent(t, agentConfig(t, "db-1", standbyInst, primaryInst.Port), standbyInst)
 
 	for _, r := range []*pgtest.RunningAgent{primary, standby} {
 		pgtest.Eventually(t, "agent ready at "+r.URL, func() error {

@@ -34,7 +34,7 @@ func TestClientAndServerAgree(t *testing.T) {
 	want := &agentapi.Status{Role: agentapi.RoleReplica, Timeline: 2, ReplayLSN: "0/3000060", Streaming: true,
 		PendingRestart: []string{"max_connections"}}
 	c := &checks{status: want}
-	server := httptest.NewServer(agent.NewHandler(c, token))
+	server := httptest.NewServer(agent.NewHandler(c, func() string { return token }))
 	defer server.Close()
 	ctx := context.Background()
 	endpoint := agentapi.Endpoint{Address: strings.TrimPrefix(server.URL, "http://"), Token: token}

@@ -32,8 +32,8 @@ type Checks interface {
 }
 
 // NewHandler serves the probes without authentication (the kubelet calls them) and the status
-// only to callers presenting token, which the operator reads from the cluster's agent Secret.
-func NewHandler(checks Checks, token string) http.Handler {
+// only to callers presenting the token, which the operator reads from the cluster's agent Secret.
+func NewHandler(checks Checks, token func() string) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET "+agentapi.PathLiveness, func(w http.ResponseWriter, _ *http.Request) {
 		if !checks.Alive() {
@@ -93,10 +93,11 @@ func NewHandler(checks Checks, token string) http.Handler {
 	return mux
 }
 
-func requireToken(token string, next http.Handler) http.Handler {
+func requireToken(token func() string, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		presented, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-		if !ok || token == "" || subtle.ConstantTimeCompare([]byte(presented), []byte(token)) != 1 {
+		want := token() // the latest from the credential files: a rotated token works at once
+		if !ok || want == "" || subtle.ConstantTimeCompare([]byte(presented), []byte(want)) != 1 {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="pgpilot-agent"`)
 			http.Error(w, "unauthorized", http.StatusUnauthorized)
 			return

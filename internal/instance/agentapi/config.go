@@ -53,39 +53,17 @@ type Config struct {
 	ReplicationUser string
 	// BinDir holds the PostgreSQL server binaries; empty means look for them.
 	BinDir string
-	// Credentials come from Secrets and are never logged.
-	Credentials Credentials
+	// CredentialsDir holds the credentials, one file each (ReadCredentials): the Secrets,
+	// projected by the kubelet, which keeps the files up to date when a Secret changes.
+	CredentialsDir string
 }
 
-// Credentials are the secrets an agent needs.
-type Credentials struct {
-	SuperuserPassword   string
-	ReplicationPassword string
-	AppUser             string
-	AppPassword         string
-	// AgentToken is what the operator presents to the agent's /v1 API.
-	AgentToken string
-}
-
-// CredentialRefs say which Secret key holds each credential.
-type CredentialRefs struct {
-	SuperuserPassword   SecretKeyRef
-	ReplicationPassword SecretKeyRef
-	AppUser             SecretKeyRef
-	AppPassword         SecretKeyRef
-	AgentToken          SecretKeyRef
-}
-
-// SecretKeyRef is one key of a Secret in the pod's namespace.
-type SecretKeyRef struct{ Name, Key string }
-
-// EnvVar is one variable of the pod's environment: a literal Value, the pod's own FieldPath,
-// or a Secret key, for the kubelet to resolve.
+// EnvVar is one variable of the pod's environment: a literal Value, or the pod's own
+// FieldPath for the kubelet to resolve.
 type EnvVar struct {
 	Name      string
 	Value     string
 	FieldPath string
-	Secret    *SecretKeyRef
 }
 
 // PostgresqlConfPath and HBAConfPath are the configuration files the operator renders.
@@ -106,8 +84,6 @@ type variable struct {
 	field func(*Config) field
 	// fieldPath: written as a reference to the pod's own metadata.
 	fieldPath string
-	// secret: written as a reference to a Secret key.
-	secret func(*CredentialRefs) SecretKeyRef
 }
 
 var variables = []variable{
@@ -118,21 +94,7 @@ var variables = []variable{
 	{name: "PGPILOT_CONFIG_DIR", required: true, field: text(func(c *Config) *string { return &c.ConfigDir })},
 	{name: "PGPILOT_SOCKET_DIR", required: true, field: text(func(c *Config) *string { return &c.SocketDir })},
 	{name: "PGPILOT_APP_DATABASE", required: true, field: text(func(c *Config) *string { return &c.AppDatabase })},
-	{name: "PGPILOT_SUPERUSER_PASSWORD", required: true,
-		field:  text(func(c *Config) *string { return &c.Credentials.SuperuserPassword }),
-		secret: func(r *CredentialRefs) SecretKeyRef { return r.SuperuserPassword }},
-	{name: "PGPILOT_REPLICATION_PASSWORD", required: true,
-		field:  text(func(c *Config) *string { return &c.Credentials.ReplicationPassword }),
-		secret: func(r *CredentialRefs) SecretKeyRef { return r.ReplicationPassword }},
-	{name: "PGPILOT_APP_USER", required: true,
-		field:  text(func(c *Config) *string { return &c.Credentials.AppUser }),
-		secret: func(r *CredentialRefs) SecretKeyRef { return r.AppUser }},
-	{name: "PGPILOT_APP_PASSWORD", required: true,
-		field:  text(func(c *Config) *string { return &c.Credentials.AppPassword }),
-		secret: func(r *CredentialRefs) SecretKeyRef { return r.AppPassword }},
-	{name: "PGPILOT_AGENT_TOKEN", required: true,
-		field:  text(func(c *Config) *string { return &c.Credentials.AgentToken }),
-		secret: func(r *CredentialRefs) SecretKeyRef { return r.AgentToken }},
+	{name: "PGPILOT_CREDENTIALS_DIR", required: true, field: text(func(c *Config) *string { return &c.CredentialsDir })},
 	{name: "PGPILOT_PORT", fallback: strconv.Itoa(DefaultPostgresPort), field: number(func(c *Config) *int { return &c.PostgresPort })},
 	{name: "PGPILOT_AGENT_PORT", fallback: strconv.Itoa(DefaultAgentPort), field: number(func(c *Config) *int { return &c.AgentPort })},
 	{name: "PGPILOT_REPLICATION_USER", fallback: DefaultReplicationUser, field: text(func(c *Config) *string { return &c.ReplicationUser })},
@@ -168,19 +130,16 @@ func number(at func(*Config) *int) func(*Config) field {
 	}
 }
 
-// Environment is the pod's environment for c: credentials as references to refs, the pod name
-// from the pod itself, and every other setting that differs from its default as a value.
-// Defaults are left out so that a pod template stays the same when a setting is not used.
-func (c Config) Environment(refs CredentialRefs) []EnvVar {
+// Environment is the pod's environment for c: the pod name from the pod itself, and every
+// other setting that differs from its default as a value. Defaults are left out so that a pod
+// template stays the same when a setting is not used.
+func (c Config) Environment() []EnvVar {
 	c = c.WithDefaults()
 	var env []EnvVar
 	for _, v := range variables {
 		switch value := v.field(&c).get(); {
 		case v.fieldPath != "":
 			env = append(env, EnvVar{Name: v.name, FieldPath: v.fieldPath})
-		case v.secret != nil:
-			ref := v.secret(&refs)
-			env = append(env, EnvVar{Name: v.name, Secret: &ref})
 		case v.required || value != v.fallback:
 			env = append(env, EnvVar{Name: v.name, Value: value})
 		}
@@ -189,7 +148,7 @@ func (c Config) Environment(refs CredentialRefs) []EnvVar {
 }
 
 // FromEnvironment reads a Config; lookup is os.LookupEnv in the agent. Every missing
-// required variable is named in the error, never a value.
+// required variable is named in the error.
 func FromEnvironment(lookup func(string) (string, bool)) (Config, error) {
 	var c Config
 	var missing, invalid []string

@@ -11,20 +11,12 @@ func fullConfig() Config {
 		PodName: "db-1", InitialPrimary: "db-0", PrimaryHost: "db-rw",
 		DataDir: "/var/lib/postgresql/data/pgdata", ConfigDir: "/etc/pgpilot", SocketDir: "/var/run/postgresql",
 		PostgresPort: 5433, AgentPort: 8001, AppDatabase: "app", ReplicationUser: "repl", BinDir: "/usr/lib/postgresql/15/bin",
-		Credentials: Credentials{SuperuserPassword: "su", ReplicationPassword: "rp", AppUser: "app", AppPassword: "ap", AgentToken: "tok"},
+		CredentialsDir: "/pgpilot/credentials",
 	}
 }
 
-var refs = CredentialRefs{
-	SuperuserPassword:   SecretKeyRef{"db-superuser", "password"},
-	ReplicationPassword: SecretKeyRef{"db-replication", "password"},
-	AppUser:             SecretKeyRef{"db-app", "username"},
-	AppPassword:         SecretKeyRef{"db-app", "password"},
-	AgentToken:          SecretKeyRef{"db-agent", "password"},
-}
-
-// resolve plays the kubelet: literal values, the pod's name, and Secret keys from secrets.
-func resolve(t *testing.T, env []EnvVar, pod string, secrets map[SecretKeyRef]string) func(string) (string, bool) {
+// resolve plays the kubelet: literal values and the pod's name.
+func resolve(t *testing.T, env []EnvVar, pod string) func(string) (string, bool) {
 	t.Helper()
 	values := map[string]string{}
 	for _, e := range env {
@@ -36,12 +28,6 @@ func resolve(t *testing.T, env []EnvVar, pod string, secrets map[SecretKeyRef]st
 			values[e.Name] = pod
 		case e.FieldPath != "":
 			t.Fatalf("%s: unexpected field path %s", e.Name, e.FieldPath)
-		case e.Secret != nil:
-			v, ok := secrets[*e.Secret]
-			if !ok {
-				t.Fatalf("%s: no secret %v", e.Name, *e.Secret)
-			}
-			values[e.Name] = v
 		default:
 			values[e.Name] = e.Value
 		}
@@ -49,20 +35,12 @@ func resolve(t *testing.T, env []EnvVar, pod string, secrets map[SecretKeyRef]st
 	return func(name string) (string, bool) { v, ok := values[name]; return v, ok }
 }
 
-func secretsOf(c Config) map[SecretKeyRef]string {
-	return map[SecretKeyRef]string{
-		refs.SuperuserPassword: c.Credentials.SuperuserPassword, refs.ReplicationPassword: c.Credentials.ReplicationPassword,
-		refs.AppUser: c.Credentials.AppUser, refs.AppPassword: c.Credentials.AppPassword, refs.AgentToken: c.Credentials.AgentToken,
-	}
-}
-
 func TestEnvironmentRoundTrip(t *testing.T) {
 	defaults := fullConfig()
 	defaults.PostgresPort, defaults.AgentPort, defaults.ReplicationUser, defaults.BinDir = 0, 0, "", ""
 	for name, written := range map[string]Config{"every setting": fullConfig(), "defaults": defaults} {
 		t.Run(name, func(t *testing.T) {
-			env := written.Environment(refs)
-			read, err := FromEnvironment(resolve(t, env, written.PodName, secretsOf(written)))
+			read, err := FromEnvironment(resolve(t, written.Environment(), written.PodName))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -73,30 +51,24 @@ func TestEnvironmentRoundTrip(t *testing.T) {
 	}
 }
 
-// Defaults stay out of the pod template, so an unused setting never changes it; credentials
-// are always references, never values.
-func TestEnvironmentOmitsDefaultsAndKeepsSecretsOut(t *testing.T) {
+// Defaults stay out of the pod template, so an unused setting never changes it.
+func TestEnvironmentOmitsDefaults(t *testing.T) {
 	c := fullConfig()
 	c.PostgresPort, c.AgentPort, c.ReplicationUser, c.BinDir = DefaultPostgresPort, DefaultAgentPort, DefaultReplicationUser, ""
-	for _, e := range c.Environment(refs) {
+	for _, e := range c.Environment() {
 		switch e.Name {
 		case "PGPILOT_PORT", "PGPILOT_AGENT_PORT", "PGPILOT_REPLICATION_USER", "PGPILOT_PG_BINDIR":
 			t.Errorf("%s written although it is the default", e.Name)
-		}
-		for _, secret := range []string{"su", "rp", "ap", "tok"} {
-			if e.Value == secret {
-				t.Errorf("%s carries a credential as a value", e.Name)
-			}
 		}
 	}
 }
 
 func TestFromEnvironmentNamesWhatIsMissingOrInvalid(t *testing.T) {
 	c := fullConfig()
-	env := resolve(t, c.Environment(refs), c.PodName, secretsOf(c))
+	env := resolve(t, c.Environment(), c.PodName)
 	_, err := FromEnvironment(func(name string) (string, bool) {
 		switch name {
-		case "PGDATA", "PGPILOT_AGENT_TOKEN":
+		case "PGDATA", "PGPILOT_CREDENTIALS_DIR":
 			return "", false
 		case "PGPILOT_PORT":
 			return "fivefourthreetwo", true
@@ -106,12 +78,9 @@ func TestFromEnvironmentNamesWhatIsMissingOrInvalid(t *testing.T) {
 	if err == nil {
 		t.Fatal("no error")
 	}
-	for _, want := range []string{"PGDATA", "PGPILOT_AGENT_TOKEN", "PGPILOT_PORT"} {
+	for _, want := range []string{"PGDATA", "PGPILOT_CREDENTIALS_DIR", "PGPILOT_PORT"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error %q does not name %s", err, want)
 		}
-	}
-	if strings.Contains(err.Error(), "tok") || strings.Contains(err.Error(), "su") {
-		t.Errorf("error %q shows a credential", err)
 	}
 }

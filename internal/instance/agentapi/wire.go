@@ -20,6 +20,10 @@ const (
 	PathRestart = "/v1/restart"
 )
 
+// LocalSuperuserMap is the pg_ident.conf map through which the agent's OS user logs in as the
+// superuser over the local socket; pg_hba.conf's first line names it.
+const LocalSuperuserMap = "pgpilot"
+
 // ErrRestartInProgress is a restart request refused because one is already running.
 var ErrRestartInProgress = errors.New("a restart is already in progress")
 

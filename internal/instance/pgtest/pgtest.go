@@ -196,13 +196,29 @@ func (r *RunningAgent) Stop() error {
 }
 
 // AgentConfig is what a pod's environment would tell pod's agent over inst (made by
-// NewInstance): initialPrimary runs initdb, the others clone from 127.0.0.1:primaryPort.
-func AgentConfig(inst *postgres.Instance, pod, initialPrimary string, primaryPort int, creds agentapi.Credentials) agentapi.Config {
-	return agentapi.Config{
+// NewInstance): initialPrimary runs initdb, the others clone from 127.0.0.1:primaryPort. The
+// credentials are written where the kubelet would project them (SetCredentials changes them).
+func AgentConfig(t TB, inst *postgres.Instance, pod, initialPrimary string, primaryPort int, creds agentapi.Credentials) agentapi.Config {
+	t.Helper()
+	cfg := agentapi.Config{
 		PodName: pod, InitialPrimary: initialPrimary, PrimaryHost: "127.0.0.1", PostgresPort: primaryPort,
 		DataDir: inst.DataDir, ConfigDir: filepath.Dir(inst.ConfigFile), SocketDir: inst.SocketDir,
-		BinDir: inst.BinDir, AppDatabase: "app", Credentials: creds,
+		BinDir: inst.BinDir, AppDatabase: "app", CredentialsDir: filepath.Join(filepath.Dir(inst.ConfigFile), "credentials"),
 	}.WithDefaults()
+	if err := os.MkdirAll(cfg.CredentialsDir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	SetCredentials(t, cfg, creds)
+	return cfg
+}
+
+// SetCredentials replaces the credential files of cfg's agent, as the kubelet does when a
+// Secret changes.
+func SetCredentials(t TB, cfg agentapi.Config, creds agentapi.Credentials) {
+	t.Helper()
+	if err := agentapi.WriteCredentials(cfg.CredentialsDir, creds); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // StartAgent runs an agent for cfg over inst, as the container would, listening on a free

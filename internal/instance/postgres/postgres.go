@@ -33,6 +33,9 @@ type Instance struct {
 	// Port and SocketDir say how the agent itself connects.
 	Port      int
 	SocketDir string
+	// IdentMap is the content of the server's pg_ident.conf (ident_file), written next to the
+	// effective configuration.
+	IdentMap string
 	// Output receives the server's log.
 	Output io.Writer
 	// RunAs runs the server binaries as another user. In a pod the agent already runs as the
@@ -162,6 +165,13 @@ func (i *Instance) writeEffectiveConfig() (string, error) {
 	}
 	settings["port"] = strconv.Itoa(i.Port)
 	settings["unix_socket_directories"] = i.SocketDir
+	if i.IdentMap != "" {
+		identFile := filepath.Join(filepath.Dir(i.DataDir), "pgpilot-ident.conf")
+		if err := os.WriteFile(identFile, []byte(i.IdentMap), 0o644); err != nil {
+			return "", fmt.Errorf("write ident map: %w", err)
+		}
+		settings["ident_file"] = identFile
+	}
 	var b strings.Builder
 	b.Write(source)
 	b.WriteString("\n# Set by the pgpilot instance agent for this pod.\n")

@@ -34,7 +34,8 @@ func TestPrimaryStandbyReplicationReloadAndStatus(t *testing.T) {
 		t.Fatal(err)
 	}
 	admin := pgtest.Connect(t, primary, "postgres", superuserPassword, "postgres")
-	roles := postgres.Roles{ReplicationUser: agentapi.DefaultReplicationUser, ReplicationPassword: replicationPassword,
+	roles := postgres.Roles{Superuser: agentapi.Superuser, SuperuserPassword: superuserPassword,
+		ReplicationUser: agentapi.DefaultReplicationUser, ReplicationPassword: replicationPassword,
 		AppOwner: "app", AppPassword: appPassword, AppDatabase: "app"}
 	if err := postgres.EnsureRoles(ctx, admin, roles); err != nil {
 		t.Fatal(err)

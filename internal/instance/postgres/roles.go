@@ -6,18 +6,23 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
-// Roles are the logins a new cluster gets besides the superuser.
+// Roles are the logins of a cluster: the superuser's password, and the roles a new cluster
+// gets besides it.
 type Roles struct {
+	Superuser, SuperuserPassword         string
 	ReplicationUser, ReplicationPassword string
 	AppOwner, AppPassword, AppDatabase   string
 }
 
-// EnsureRoles creates the replication and application roles and the application database, or
-// brings their passwords in line with the Secrets. Safe to run on every start of a primary.
+// EnsureRoles creates the replication and application roles and the application database, and
+// brings every role's password in line with the Secrets. Safe to run on every start of a
+// primary and whenever a Secret changes.
 func EnsureRoles(ctx context.Context, conn *pgx.Conn, r Roles) error {
 	for _, role := range []struct{ name, password, attributes string }{
+		{r.Superuser, r.SuperuserPassword, "SUPERUSER LOGIN"},
 		{r.ReplicationUser, r.ReplicationPassword, "LOGIN REPLICATION"},
 		{r.AppOwner, r.AppPassword, "LOGIN"},
 	} {
@@ -62,6 +67,19 @@ func quoteLiteral(s string) string {
 	return string(append(out, '\''))
 }
 
+// ConnectLocal opens a connection to the local server as user over its Unix socket, which
+// pg_hba.conf lets the agent's own OS user in without a password (peer, through the ident
+// map): the agent stays able to set passwords whatever the Secrets say.
+func ConnectLocal(ctx context.Context, socketDir string, port int, user, database string) (*pgx.Conn, error) {
+	cfg, err := pgx.ParseConfig("")
+	if err != nil {
+		return nil, err
+	}
+	cfg.Host, cfg.Port, cfg.User, cfg.Database = socketDir, uint16(port), user, database
+	cfg.ConnectTimeout = 5 * time.Second
+	return pgx.ConnectConfig(ctx, cfg)
+}
+
 // Connect opens a connection to the local server as user over TCP loopback with a password,
 // the way pg_hba.conf lets in-pod clients other than the server's own OS user in.
 func Connect(ctx context.Context, port int, user, password, database string) (*pgx.Conn, error) {
@@ -72,4 +90,25 @@ func Connect(ctx context.Context, port int, user, password, database string) (*p
 	cfg.Host, cfg.Port, cfg.User, cfg.Password, cfg.Database = "127.0.0.1", uint16(port), user, password, database
 	cfg.ConnectTimeout = 5 * time.Second
 	return pgx.ConnectConfig(ctx, cfg)
+}
+
+// EnsurePrimaryConnInfo points a standby's WAL receiver at the primary with password, when
+// the password it uses differs: a replication password that changed would otherwise fail the
+// standby's next connection. ALTER SYSTEM works on a standby, and a reload restarts only the
+// WAL receiver. It reports whether it changed anything.
+func EnsurePrimaryConnInfo(ctx context.Context, conn *pgx.Conn, conninfo, password string) (bool, error) {
+	var current string
+	if err := conn.QueryRow(ctx, `SELECT setting FROM pg_settings WHERE name = 'primary_conninfo'`).Scan(&current); err != nil {
+		return false, fmt.Errorf("read primary_conninfo: %w", err)
+	}
+	if parsed, err := pgconn.ParseConfig(current); err == nil && parsed.Password == password {
+		return false, nil
+	}
+	if _, err := conn.Exec(ctx, "ALTER SYSTEM SET primary_conninfo = "+quoteLiteral(conninfo)); err != nil {
+		return false, fmt.Errorf("set primary_conninfo: %w", err)
+	}
+	if _, err := conn.Exec(ctx, "SELECT pg_reload_conf()"); err != nil {
+		return false, fmt.Errorf("reload: %w", err)
+	}
+	return true, nil
 }

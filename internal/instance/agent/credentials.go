@@ -1,0 +1,93 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/pgpilot/pgpilot-operator/internal/instance/agentapi"
+	"github.com/pgpilot/pgpilot-operator/internal/instance/postgres"
+)
+
+// The Secrets are the truth for every role's password. The kubelet rewrites the projected
+// files when a Secret changes; the agent reads them on every tick and brings PostgreSQL in
+// line without a restart: ALTER ROLE on the primary, the WAL receiver's connection string on
+// a standby. It connects over the local socket, so a changed superuser password never locks
+// it out.
+
+// readCredentials reads the credential files and remembers them as the latest; the token the
+// API accepts follows at once.
+func (a *Agent) readCredentials() (agentapi.Credentials, error) {
+	c, err := agentapi.ReadCredentials(a.Config.CredentialsDir)
+	if err != nil {
+		return c, err
+	}
+	a.credsMu.Lock()
+	defer a.credsMu.Unlock()
+	a.latest = c
+	return c, nil
+}
+
+func (a *Agent) credentials() agentapi.Credentials {
+	a.credsMu.Lock()
+	defer a.credsMu.Unlock()
+	return a.latest
+}
+
+// token is the bearer token the operator must present.
+func (a *Agent) token() string { return a.credentials().AgentToken }
+
+// syncCredentials applies the credential files when they differ from what PostgreSQL was last
+// given. A file missing or empty changes nothing: a role never gets an empty password.
+func (a *Agent) syncCredentials(ctx context.Context) {
+	c, err := a.readCredentials()
+	if err != nil {
+		a.Log.Error(err, "credentials unreadable; keeping the passwords PostgreSQL has")
+		return
+	}
+	if a.applied != nil && *a.applied == c {
+		return
+	}
+	if err := a.applyCredentials(ctx, c); err != nil {
+		a.Log.Error(err, "apply credentials; retrying")
+		return
+	}
+	if a.applied != nil {
+		a.Log.Info("credentials changed and applied", "primary", a.isPrimary())
+	}
+	a.applied = &c
+}
+
+func (a *Agent) applyCredentials(ctx context.Context, c agentapi.Credentials) error {
+	conn, err := a.connect(ctx)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = conn.Close(context.Background()) }()
+	if a.isPrimary() {
+		return postgres.EnsureRoles(ctx, conn, a.roles(c))
+	}
+	_, err = postgres.EnsurePrimaryConnInfo(ctx, conn, a.primaryConnInfo(c), c.ReplicationPassword)
+	return err
+}
+
+func (a *Agent) roles(c agentapi.Credentials) postgres.Roles {
+	return postgres.Roles{
+		Superuser: agentapi.Superuser, SuperuserPassword: c.SuperuserPassword,
+		ReplicationUser: a.Config.ReplicationUser, ReplicationPassword: c.ReplicationPassword,
+		AppOwner: c.AppUser, AppPassword: c.AppPassword, AppDatabase: a.Config.AppDatabase,
+	}
+}
+
+// primaryConnInfo is how a standby reaches the primary, for the clone and for streaming.
+func (a *Agent) primaryConnInfo(c agentapi.Credentials) string {
+	return fmt.Sprintf("host=%s port=%d user=%s password=%s application_name=%s connect_timeout=5",
+		conninfoValue(a.Config.PrimaryHost), a.Config.PostgresPort, conninfoValue(a.Config.ReplicationUser),
+		conninfoValue(c.ReplicationPassword), conninfoValue(a.Config.PodName))
+}
+
+// conninfoValue quotes a libpq connection-string value, so that a password with spaces or
+// quotes stays one value.
+func conninfoValue(v string) string {
+	return "'" + strings.NewReplacer(`\`, `\\`, `'`, `\'`).Replace(v) + "'"
+}

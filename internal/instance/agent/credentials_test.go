@@ -1,0 +1,103 @@
+package agent_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/pgpilot/pgpilot-operator/internal/instance/agentapi"
+	"github.com/pgpilot/pgpilot-operator/internal/instance/pgtest"
+	"github.com/pgpilot/pgpilot-operator/internal/instance/postgres"
+)
+
+// Secrets are the truth for role passwords: new credential files (what the kubelet writes
+// when a Secret changes) reach PostgreSQL without a restart, on the primary and the standby.
+func TestCredentialsRotateWithoutRestart(t *testing.T) {
+	ctx := context.Background()
+	primaryInst, standbyInst := pgtest.NewInstance(t, "db-0"), pgtest.NewInstance(t, "db-1")
+	primaryCfg := agentConfig(t, "db-0", primaryInst, primaryInst.Port)
+	standbyCfg := agentConfig(t, "db-1", standbyInst, primaryInst.Port)
+	primary := pgtest.StartAgent(t, primaryCfg, primaryInst)
+	standby := pgtest.StartAgent(t, standbyCfg, standbyInst)
+	streaming := func() error {
+		s, err := status(standby)
+		if err == nil && !s.Streaming {
+			err = fmt.Errorf("standby not streaming: %+v", s)
+		}
+		return err
+	}
+	pgtest.Eventually(t, "standby streaming", streaming)
+
+	rotated := agentapi.Credentials{
+		SuperuserPassword: "new super", ReplicationPassword: `it's a \ new one`,
+		AppUser: "app", AppPassword: "new-app", AgentToken: "new-token",
+	}
+	for _, cfg := range []agentapi.Config{primaryCfg, standbyCfg} {
+		pgtest.SetCredentials(t, cfg, rotated)
+	}
+	login := func(user, password string) error {
+		conn, err := postgres.Connect(ctx, primaryInst.Port, user, password, "postgres")
+		if err == nil {
+			_ = conn.Close(ctx)
+		}
+		return err
+	}
+	pgtest.Eventually(t, "new passwords work on the primary", func() error {
+		if err := login("app", rotated.AppPassword); err != nil {
+			return err
+		}
+		return login(agentapi.Superuser, rotated.SuperuserPassword)
+	})
+	for user, old := range map[string]string{"app": credentials.AppPassword, agentapi.Superuser: credentials.SuperuserPassword} {
+		if login(user, old) == nil {
+			t.Errorf("the old password of %s still works", user)
+		}
+	}
+	pgtest.Eventually(t, "the new token opens the API and the old one does not", func() error {
+		newCode, _, err := get(primary.URL+agentapi.PathStatus, rotated.AgentToken)
+		oldCode, _, _ := get(primary.URL+agentapi.PathStatus, token)
+		if err == nil && (newCode != http.StatusOK || oldCode != http.StatusUnauthorized) {
+			err = fmt.Errorf("new token %d, old token %d", newCode, oldCode)
+		}
+		return err
+	})
+
+	// The standby's next connection to the primary uses the new replication password: cut its
+	// current one and watch it stream again.
+	admin := pgtest.Connect(t, primaryInst, agentapi.Superuser, rotated.SuperuserPassword, "postgres")
+	standbyAdmin := pgtest.Connect(t, standbyInst, agentapi.Superuser, rotated.SuperuserPassword, "postgres")
+	pgtest.Eventually(t, "the standby's primary_conninfo has the new password", func() error {
+		var conninfo string
+		if err := standbyAdmin.QueryRow(ctx, "SHOW primary_conninfo").Scan(&conninfo); err != nil {
+			return err
+		}
+		if want := `password='it\'s a \\ new one'`; !strings.Contains(conninfo, want) {
+			return fmt.Errorf("primary_conninfo %q lacks %s", conninfo, want)
+		}
+		return nil
+	})
+	if _, err := admin.Exec(ctx, "SELECT pg_terminate_backend(pid) FROM pg_stat_replication"); err != nil {
+		t.Fatal(err)
+	}
+	pgtest.Eventually(t, "standby streaming with the new password", func() error {
+		var n int
+		if err := admin.QueryRow(ctx, "SELECT count(*) FROM pg_stat_replication WHERE state = 'streaming'").Scan(&n); err != nil || n != 1 {
+			return fmt.Errorf("%d streaming standbys (%v)", n, err)
+		}
+		return nil
+	})
+
+	// A credential file gone (a Secret's key removed) changes nothing in the database.
+	pgtest.SetCredentials(t, primaryCfg, agentapi.Credentials{SuperuserPassword: "x", ReplicationPassword: "y",
+		AppUser: "app", AppPassword: "", AgentToken: rotated.AgentToken})
+	time.Sleep(time.Second) // five of the agent's ticks: time enough to have done harm
+	if code, _, err := get(primary.URL+agentapi.PathStatus, rotated.AgentToken); err != nil || code != http.StatusOK {
+		t.Errorf("with unreadable credentials the token changed: %d %v", code, err)
+	}
+	if err := login("app", rotated.AppPassword); err != nil {
+		t.Errorf("an empty app-password file changed the app password: %v", err)
+	}
+}
