@@ -263,6 +263,13 @@ type PostgresClusterStatus struct {
 	// +optional
 	// +operator-sdk:csv:customresourcedefinitions:type=status,displayName="Instances Status",order=7
 	InstancesStatus []InstanceStatus `json:"instancesStatus,omitempty"`
+
+	// The resourceVersion of each credentials Secret, by name, when pgpilot last looked: a
+	// change is a rotation, which pgpilot announces and hurries the instances to apply.
+	// +kubebuilder:validation:MaxProperties=8
+	// +optional
+	// +operator-sdk:csv:customresourcedefinitions:type=status,displayName="Credentials Versions",xDescriptors={"urn:alm:descriptor:com.tectonic.ui:hidden"},order=9
+	CredentialsVersions map[string]string `json:"credentialsVersions,omitempty"`
 }
 
 // InstanceStatus is one instance as its agent reported it.

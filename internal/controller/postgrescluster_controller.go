@@ -90,6 +90,7 @@ func (r *PostgresClusterReconciler) stages() []stage {
 		{"poddisruptionbudget", r.ensurePodDisruptionBudget},
 		{"observe", r.observe},
 		{"primary", r.decidePrimary},
+		{"credentials", r.announceRotation},
 		{"slots", r.dropRemovedSlots},
 		{"restarts", r.restartPending},
 	}

@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"fmt"
 	"net/http"
 	"os"
 	"slices"
@@ -40,14 +41,7 @@ var _ = Describe("Instances with real agents", func() {
 		}
 		a := pgtest.StartAgent(GinkgoT(), agentConfig(cluster, pod, initialPrimary, primaryPort, inst), inst)
 		agentAddresses.set(cluster.Namespace, pod, strings.TrimPrefix(a.URL, "http://"))
-		Eventually(func() (int, error) {
-			resp, err := http.Get(a.URL + agentapi.PathReadiness)
-			if err != nil {
-				return 0, err
-			}
-			_ = resp.Body.Close()
-			return resp.StatusCode, nil
-		}, 90*time.Second).Should(Equal(http.StatusOK))
+		Eventually(func() error { return readyz(a) }, 90*time.Second).Should(Succeed())
 		markPodReady(cluster.Namespace, pod)
 		return a
 	}
@@ -169,6 +163,65 @@ var _ = Describe("Instances with real agents", func() {
 		Eventually(eventReasons).WithArguments(cluster).Should(ContainElement("MultiplePrimaries"))
 	})
 })
+
+var _ = Describe("Credentials rotation with real agents", func() {
+	It("announces a changed Secret, touches the pods, and the agents apply the new password", func() {
+		cluster := createCluster(newCluster(newNamespace(), func(c *pgv1.PostgresCluster) { c.Spec.Instances = 1 }))
+		inst := pgtest.NewInstance(GinkgoT(), "db-0")
+		a := pgtest.StartAgent(GinkgoT(), agentConfig(cluster, "db-0", "db-0", inst.Port, inst), inst)
+		agentAddresses.set(cluster.Namespace, "db-0", strings.TrimPrefix(a.URL, "http://"))
+		Eventually(func() error { return readyz(a) }, 90*time.Second).Should(Succeed())
+		markPodReady(cluster.Namespace, "db-0")
+		Eventually(func(g Gomega) {
+			g.Expect(fetch(cluster).Status.CredentialsVersions).To(HaveLen(4))
+		}, 60*time.Second).Should(Succeed())
+
+		// The user rotates the application password by editing its Secret.
+		secret := &corev1.Secret{}
+		Expect(k8sClient.Get(ctx, client.ObjectKey{Namespace: cluster.Namespace, Name: pgbuilder.AppSecretName(cluster)}, secret)).To(Succeed())
+		secret.Data[corev1.BasicAuthPasswordKey] = []byte("rotated by the user")
+		Expect(k8sClient.Update(ctx, secret)).To(Succeed())
+		Eventually(eventReasons).WithArguments(cluster).Should(ContainElement("CredentialsChanged"))
+		pod := &corev1.Pod{}
+		Eventually(func(g Gomega) {
+			g.Expect(k8sClient.Get(ctx, client.ObjectKey{Namespace: cluster.Namespace, Name: "db-0"}, pod)).To(Succeed())
+			g.Expect(pod.Annotations).To(HaveKey(CredentialsAnnotation))
+		}).Should(Succeed())
+
+		// What the kubelet does on that touch: project the Secrets' new values into the pod.
+		pgtest.SetCredentials(GinkgoT(), a.Config, clusterCredentials(cluster))
+		Eventually(func() error {
+			conn, err := postgres.Connect(ctx, inst.Port, "app", "rotated by the user", "app")
+			if err == nil {
+				_ = conn.Close(ctx)
+			}
+			return err
+		}, 30*time.Second).Should(Succeed())
+
+		// A Secret without its password key stops the cluster with a condition naming the key.
+		Expect(k8sClient.Get(ctx, client.ObjectKeyFromObject(secret), secret)).To(Succeed())
+		delete(secret.Data, corev1.BasicAuthPasswordKey)
+		Expect(k8sClient.Update(ctx, secret)).To(Succeed())
+		Eventually(func(g Gomega) {
+			d := condition(fetch(cluster), pgv1.ConditionDegraded)
+			g.Expect(d.Reason).To(Equal("CredentialsInvalid"))
+			g.Expect(d.Message).To(ContainSubstring(`"password"`))
+		}).Should(Succeed())
+	})
+})
+
+// readyz asks the agent's readiness endpoint, as the kubelet's probe does.
+func readyz(a *pgtest.RunningAgent) error {
+	resp, err := http.Get(a.URL + agentapi.PathReadiness)
+	if err != nil {
+		return err
+	}
+	_ = resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("readyz %d", resp.StatusCode)
+	}
+	return nil
+}
 
 // agentConfig is what the StatefulSet's environment and credential files give an agent, from
 // the Secrets the operator generated for cluster.

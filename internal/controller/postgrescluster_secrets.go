@@ -15,12 +15,20 @@ import (
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch;create
 
 // ensureSecrets creates each missing credential Secret once, with a password from crypto/rand.
-// Existing Secrets are never rewritten, and a user-supplied application Secret is only checked.
+// Existing Secrets are never rewritten, only checked: they are the truth for the roles'
+// passwords, which the agents apply when a Secret changes. A user-supplied application Secret
+// is read from the API server. Each Secret's resourceVersion is noted, to notice rotations.
 func (r *PostgresClusterReconciler) ensureSecrets(ctx context.Context, s *scope) (*stop, error) {
 	c := s.cluster
+	s.credentialsVersions = map[string]string{}
 	for _, cred := range pgbuilder.GeneratedCredentials(c) {
-		err := r.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: cred.SecretName}, &corev1.Secret{})
+		existing := &corev1.Secret{}
+		err := r.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: cred.SecretName}, existing)
 		if err == nil {
+			if st := checkCredentialKeys(existing, "Secret"); st != nil {
+				return st, nil
+			}
+			s.credentialsVersions[cred.SecretName] = existing.ResourceVersion
 			continue
 		}
 		if !apierrors.IsNotFound(err) {
@@ -36,6 +44,7 @@ func (r *PostgresClusterReconciler) ensureSecrets(ctx context.Context, s *scope)
 		}
 		recordWrite("Secret", "created")
 		s.created = append(s.created, "Secret "+cred.SecretName)
+		s.credentialsVersions[cred.SecretName] = secret.ResourceVersion
 	}
 	if pgbuilder.UsesUserAppSecret(c) {
 		return r.checkUserSecret(ctx, s)
@@ -55,10 +64,21 @@ func (r *PostgresClusterReconciler) checkUserSecret(ctx context.Context, s *scop
 	if err != nil {
 		return nil, fmt.Errorf("get secret %s: %w", name, err)
 	}
+	if st := checkCredentialKeys(secret, "spec.bootstrap.initdb.secret: Secret"); st != nil {
+		st.reason = "AppSecretInvalid"
+		return st, nil
+	}
+	s.credentialsVersions[name] = secret.ResourceVersion
+	return nil, nil
+}
+
+// checkCredentialKeys stops the cluster when a credentials Secret lacks a key the instances
+// read: nothing is changed in the database until it is fixed.
+func checkCredentialKeys(secret *corev1.Secret, what string) *stop {
 	for _, key := range []string{corev1.BasicAuthUsernameKey, corev1.BasicAuthPasswordKey} {
 		if len(secret.Data[key]) == 0 {
-			return invalidUntilFixed("AppSecretInvalid", fmt.Sprintf("spec.bootstrap.initdb.secret: Secret %q has no %q key", name, key)), nil
+			return invalidUntilFixed("CredentialsInvalid", fmt.Sprintf("%s %q has no %q key, or it is empty", what, secret.Name, key))
 		}
 	}
-	return nil, nil
+	return nil
 }

@@ -69,6 +69,8 @@ type summary struct {
 	operator   string // the version reconciling
 	// instancesStatus is what the agents said, nil when they were not asked.
 	instancesStatus []pgv1.InstanceStatus
+	// credentialsVersions, once announced; nil keeps what the status has.
+	credentialsVersions map[string]string
 	waiting         *reasonMessage
 	failure         *reasonMessage
 }
@@ -85,6 +87,9 @@ func summarize(s *scope) summary {
 	// would only churn the status.
 	if sum.primary != "" {
 		sum.instancesStatus = instancesStatus(s.observed)
+	}
+	if s.credentialsAnnounced {
+		sum.credentialsVersions = s.credentialsVersions
 	}
 	return sum
 }
@@ -127,6 +132,9 @@ func computeStatus(status *pgv1.PostgresClusterStatus, o summary) {
 	status.OperatorVersion = o.operator
 	if o.instancesStatus != nil {
 		status.InstancesStatus = o.instancesStatus
+	}
+	if o.credentialsVersions != nil {
+		status.CredentialsVersions = o.credentialsVersions
 	}
 	if o.failure == nil {
 		status.ObservedGeneration = o.generation

@@ -18,7 +18,11 @@ type scope struct {
 	original *pgv1.PostgresCluster
 
 	statefulSet *appsv1.StatefulSet
-	observed    *observed
+	// credentialsVersions are the credentials Secrets' resourceVersions, by name, as ensured;
+	// credentialsAnnounced is set once a rotation (if any) was announced, for the status.
+	credentialsVersions  map[string]string
+	credentialsAnnounced bool
+	observed             *observed
 	// primary is the instance decided to be primary, "" before there is one.
 	primary string
 	// waiting says why the cluster is not there yet (condition reason and message).

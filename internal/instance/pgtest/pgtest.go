@@ -180,6 +180,8 @@ type RunningAgent struct {
 	// URL of its API, http://127.0.0.1:<port>.
 	URL      string
 	Instance *postgres.Instance
+	// Config is what the agent runs with (its credentials directory, for SetCredentials).
+	Config agentapi.Config
 	done     chan error
 	stop     context.CancelFunc
 	once     sync.Once
@@ -231,7 +233,7 @@ func StartAgent(t TB, cfg agentapi.Config, inst *postgres.Instance) *RunningAgen
 		t.Logf("[agent %s] %s %s", cfg.PodName, prefix, args)
 	}, funcr.Options{})}
 	ctx, cancel := context.WithCancel(context.Background())
-	r := &RunningAgent{URL: "http://" + options.ListenAddress, Instance: inst, done: make(chan error, 1), stop: cancel}
+	r := &RunningAgent{URL: "http://" + options.ListenAddress, Instance: inst, Config: cfg, done: make(chan error, 1), stop: cancel}
 	go func() { r.done <- a.Run(ctx) }()
 	t.Cleanup(func() { _ = r.Stop() })
 	return r
