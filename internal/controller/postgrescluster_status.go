@@ -71,8 +71,8 @@ type summary struct {
 	instancesStatus []pgv1.InstanceStatus
 	// credentialsVersions, once announced; nil keeps what the status has.
 	credentialsVersions map[string]string
-	waiting         *reasonMessage
-	failure         *reasonMessage
+	waiting             *reasonMessage
+	failure             *reasonMessage
 }
 
 func summarize(s *scope) summary {

@@ -182,10 +182,10 @@ type RunningAgent struct {
 	Instance *postgres.Instance
 	// Config is what the agent runs with (its credentials directory, for SetCredentials).
 	Config agentapi.Config
-	done     chan error
-	stop     context.CancelFunc
-	once     sync.Once
-	err      error
+	done   chan error
+	stop   context.CancelFunc
+	once   sync.Once
+	err    error
 }
 
 // Stop stops the agent (as SIGTERM would) and returns what Run returned.
