@@ -4,6 +4,7 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -41,23 +42,34 @@ var _ = Describe("The sample PostgresCluster", Ordered, func() {
 	})
 
 	It("answers SQL through its read-write Service", func(ctx SpecContext) {
-		sts := &appsv1.StatefulSet{}
-		Expect(k8s.Get(ctx, client.ObjectKeyFromObject(cluster), sts)).To(Succeed())
-		image := sts.Spec.Template.Spec.Containers[0].Image
-		logs := runJob(ctx, cluster.Namespace, "psql", corev1.PodSpec{
-			Containers: []corev1.Container{restrictedContainer(corev1.Container{
-				Name:    "psql",
-				Image:   image,
-				Command: []string{"psql", "-h", cluster.Name + "-rw", "-U", "postgres", "-tAc", "select 'answer from ' || current_setting('cluster_name')"},
-				Env: []corev1.EnvVar{{Name: "PGPASSWORD", ValueFrom: &corev1.EnvVarSource{
-					SecretKeyRef: &corev1.SecretKeySelector{
-						LocalObjectReference: corev1.LocalObjectReference{Name: cluster.Name + "-superuser"},
-						Key:                  corev1.BasicAuthPasswordKey,
-					},
-				}}},
-			})},
-		})
+		logs := runJob(ctx, cluster.Namespace, "psql", superuserPsql(ctx, cluster, "select 'answer from ' || current_setting('cluster_name')"))
 		Expect(logs).To(ContainSubstring("answer from " + cluster.Name))
+	})
+
+	It("applies a re-created superuser Secret's new password without a restart", func(ctx SpecContext) {
+		restarts := restartCounts(ctx, cluster)
+		secret := &corev1.Secret{}
+		key := client.ObjectKey{Namespace: cluster.Namespace, Name: cluster.Name + "-superuser"}
+		Expect(k8s.Get(ctx, key, secret)).To(Succeed())
+		old := string(secret.Data[corev1.BasicAuthPasswordKey])
+		Expect(k8s.Delete(ctx, secret)).To(Succeed())
+		start := time.Now()
+		Eventually(func(g Gomega) {
+			g.Expect(k8s.Get(ctx, key, secret)).To(Succeed())
+			g.Expect(string(secret.Data[corev1.BasicAuthPasswordKey])).NotTo(BeEmpty())
+			g.Expect(string(secret.Data[corev1.BasicAuthPasswordKey])).NotTo(Equal(old))
+		}).WithTimeout(30 * time.Second).Should(Succeed())
+
+		attempt := 0
+		Eventually(func() bool {
+			attempt++
+			_, ok := tryJob(ctx, cluster.Namespace, fmt.Sprintf("psql-rotated-%d", attempt), superuserPsql(ctx, cluster, "select 1"))
+			return ok
+		}).WithTimeout(2 * time.Minute).WithPolling(time.Second).Should(BeTrue(),
+			"the new password from the re-created Secret does not let psql in")
+		GinkgoWriter.Printf("new superuser password accepted %.1fs after the Secret was deleted (%d attempts)\n",
+			time.Since(start).Seconds(), attempt)
+		Expect(restartCounts(ctx, cluster)).To(Equal(restarts), "no instance may restart for a new password")
 	})
 
 	It("keeps its volume claims when deleted (reclaimPolicy Retain)", func(ctx SpecContext) {
@@ -136,4 +148,33 @@ func waitForVolumesGone(ctx context.Context, names []string) {
 			return apierrors.IsNotFound(k8s.Get(ctx, client.ObjectKey{Name: name}, &corev1.PersistentVolume{}))
 		}).Should(BeTrue(), "volume %s was not deleted", name)
 	}
+}
+
+// superuserPsql is a pod that runs sql through the cluster's -rw Service as the superuser, with
+// the password its Secret holds now.
+func superuserPsql(ctx context.Context, cluster *pgv1.PostgresCluster, sql string) corev1.PodSpec {
+	sts := &appsv1.StatefulSet{}
+	Expect(k8s.Get(ctx, client.ObjectKeyFromObject(cluster), sts)).To(Succeed())
+	return corev1.PodSpec{Containers: []corev1.Container{restrictedContainer(corev1.Container{
+		Name:    "psql",
+		Image:   sts.Spec.Template.Spec.Containers[0].Image,
+		Command: []string{"psql", "-h", cluster.Name + "-rw", "-U", "postgres", "-tAc", sql},
+		Env: []corev1.EnvVar{{Name: "PGPASSWORD", ValueFrom: &corev1.EnvVarSource{
+			SecretKeyRef: &corev1.SecretKeySelector{
+				LocalObjectReference: corev1.LocalObjectReference{Name: cluster.Name + "-superuser"},
+				Key:                  corev1.BasicAuthPasswordKey,
+			},
+		}}},
+	})}}
+}
+
+// restartCounts are the instance pods' container restarts, by pod.
+func restartCounts(ctx context.Context, cluster *pgv1.PostgresCluster) map[string]int32 {
+	counts := map[string]int32{}
+	for _, pod := range clusterPods(ctx, cluster) {
+		for _, c := range pod.Status.ContainerStatuses {
+			counts[pod.Name] += c.RestartCount
+		}
+	}
+	return counts
 }
