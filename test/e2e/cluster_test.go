@@ -12,6 +12,8 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	pgv1 "github.com/pgpilot/pgpilot-operator/api/v1alpha1"
@@ -65,7 +67,7 @@ var _ = Describe("The sample PostgresCluster", Ordered, func() {
 			attempt++
 			_, ok := tryJob(ctx, cluster.Namespace, fmt.Sprintf("psql-rotated-%d", attempt), superuserPsql(ctx, cluster, "select 1"))
 			return ok
-		}).WithTimeout(2 * time.Minute).WithPolling(time.Second).Should(BeTrue(),
+		}).WithTimeout(2*time.Minute).WithPolling(time.Second).Should(BeTrue(),
 			"the new password from the re-created Secret does not let psql in")
 		GinkgoWriter.Printf("new superuser password accepted %.1fs after the Secret was deleted (%d attempts)\n",
 			time.Since(start).Seconds(), attempt)
@@ -103,6 +105,30 @@ var _ = Describe("A PostgresCluster with reclaimPolicy Delete", func() {
 		waitForGone(ctx, cluster)
 		Eventually(func() []corev1.PersistentVolumeClaim { return clusterClaims(ctx, cluster) }).Should(BeEmpty())
 		waitForVolumesGone(ctx, volumes)
+	})
+})
+
+var _ = Describe("A PostgresCluster whose storage class does not exist", func() {
+	AfterEach(dumpOnFailure)
+
+	It("says so in its Degraded condition instead of waiting silently", func(ctx SpecContext) {
+		cluster := loadSample(newNamespace(ctx, "e2e-noclass"))
+		cluster.Name = "noclass"
+		cluster.Spec.Instances = 1
+		cluster.Spec.Storage.StorageClassName = ptr.To("no-such-class")
+		cluster.Spec.Storage.ReclaimPolicy = pgv1.PVCReclaimDelete
+		Expect(k8s.Create(ctx, cluster)).To(Succeed())
+		Eventually(func(g Gomega) {
+			current := &pgv1.PostgresCluster{}
+			g.Expect(k8s.Get(ctx, client.ObjectKeyFromObject(cluster), current)).To(Succeed())
+			degraded := meta.FindStatusCondition(current.Status.Conditions, pgv1.ConditionDegraded)
+			g.Expect(degraded).NotTo(BeNil())
+			g.Expect(degraded.Reason).To(Equal("InstancesUnschedulable"))
+			g.Expect(degraded.Message).To(ContainSubstring("noclass-0"))
+			GinkgoWriter.Printf("Degraded: %s\n", degraded.Message)
+		}).WithTimeout(time.Minute).WithPolling(time.Second).Should(Succeed())
+		Expect(k8s.Delete(ctx, cluster)).To(Succeed())
+		waitForGone(ctx, cluster)
 	})
 })
 
