@@ -2,8 +2,7 @@ package agent
 
 import (
 	"context"
-	"fmt"
-	"strings"
+	"strconv"
 
 	"github.com/pgpilot/pgpilot-operator/internal/instance/agentapi"
 	"github.com/pgpilot/pgpilot-operator/internal/instance/postgres"
@@ -81,13 +80,7 @@ func (a *Agent) roles(c agentapi.Credentials) postgres.Roles {
 
 // primaryConnInfo is how a standby reaches the primary, for the clone and for streaming.
 func (a *Agent) primaryConnInfo(c agentapi.Credentials) string {
-	return fmt.Sprintf("host=%s port=%d user=%s password=%s application_name=%s connect_timeout=5",
-		conninfoValue(a.Config.PrimaryHost), a.Config.PostgresPort, conninfoValue(a.Config.ReplicationUser),
-		conninfoValue(c.ReplicationPassword), conninfoValue(a.Config.PodName))
-}
-
-// conninfoValue quotes a libpq connection-string value, so that a password with spaces or
-// quotes stays one value.
-func conninfoValue(v string) string {
-	return "'" + strings.NewReplacer(`\`, `\\`, `'`, `\'`).Replace(v) + "'"
+	return postgres.ConnInfo("host", a.Config.PrimaryHost, "port", strconv.Itoa(a.Config.PostgresPort),
+		"user", a.Config.ReplicationUser, "password", c.ReplicationPassword,
+		"application_name", a.Config.PodName, "connect_timeout", "5")
 }

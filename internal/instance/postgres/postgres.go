@@ -238,11 +238,11 @@ func (i *Instance) command(binary string, args ...string) *exec.Cmd {
 
 func (i *Instance) prepare(cmd *exec.Cmd) {
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: i.RunAs}
-	cmd.Stdout, cmd.Stderr = i.output(), i.output()
+	cmd.Stdout, cmd.Stderr = i.logOutput(), i.logOutput()
 	cmd.Env = append(os.Environ(), "LC_ALL=C")
 }
 
-func (i *Instance) output() io.Writer {
+func (i *Instance) logOutput() io.Writer {
 	if i.Output == nil {
 		return os.Stderr
 	}
@@ -252,13 +252,5 @@ func (i *Instance) output() io.Writer {
 // writeSecretFile writes a file only the server's user can read, next to the data directory.
 func (i *Instance) writeSecretFile(name, content string) (string, error) {
 	path := filepath.Join(filepath.Dir(i.DataDir), name)
-	if err := os.WriteFile(path, []byte(content+"\n"), 0o600); err != nil {
-		return "", err
-	}
-	if i.RunAs != nil {
-		if err := os.Chown(path, int(i.RunAs.Uid), int(i.RunAs.Gid)); err != nil {
-			return "", err
-		}
-	}
-	return path, nil
+	return path, i.writeOwned(path, content+"\n", 0o600)
 }

@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -111,4 +112,15 @@ func EnsurePrimaryConnInfo(ctx context.Context, conn *pgx.Conn, conninfo, passwo
 		return false, fmt.Errorf("reload: %w", err)
 	}
 	return true, nil
+}
+
+// ConnInfo renders a libpq connection string from keyword/value pairs, each value quoted so
+// that one with spaces, quotes or backslashes (a password) stays one value.
+func ConnInfo(pairs ...string) string {
+	var parts []string
+	for i := 0; i+1 < len(pairs); i += 2 {
+		value := strings.NewReplacer(`\`, `\\`, `'`, `\'`).Replace(pairs[i+1])
+		parts = append(parts, pairs[i]+"='"+value+"'")
+	}
+	return strings.Join(parts, " ")
 }

@@ -1,0 +1,181 @@
+package postgres
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// The building blocks of switchover, failover and rejoin on one server: what its control file
+// says, turning a stopped server into a standby of another, and rewinding a server whose
+// timeline diverged from the new primary's.
+
+// ControlData is what pg_controldata reads from a stopped or running server's control file.
+type ControlData struct {
+	// State is "shut down", "shut down in recovery", "in production", "in archive recovery"…
+	State string
+	// CheckpointLSN is the latest checkpoint's location: after a clean shutdown, the end of
+	// the WAL this server wrote.
+	CheckpointLSN string
+	// Timeline is the latest checkpoint's timeline.
+	Timeline string
+}
+
+// CleanlyShutDown reports whether the server stopped with a shutdown checkpoint: every WAL
+// record it wrote is in that checkpoint's past, and a standby that received up to it lost
+// nothing.
+func (c ControlData) CleanlyShutDown() bool {
+	return c.State == "shut down" || c.State == "shut down in recovery"
+}
+
+// ControlData runs pg_controldata on the data directory.
+func (i *Instance) ControlData(ctx context.Context) (ControlData, error) {
+	out, err := i.output(ctx, "pg_controldata", "-D", i.DataDir)
+	if err != nil {
+		return ControlData{}, err
+	}
+	fields := map[string]string{}
+	scanner := bufio.NewScanner(bytes.NewReader(out))
+	for scanner.Scan() {
+		if name, value, ok := strings.Cut(scanner.Text(), ":"); ok {
+			fields[strings.TrimSpace(name)] = strings.TrimSpace(value)
+		}
+	}
+	c := ControlData{
+		State:         fields["Database cluster state"],
+		CheckpointLSN: fields["Latest checkpoint location"],
+		Timeline:      fields["Latest checkpoint's TimeLineID"],
+	}
+	if c.State == "" || c.CheckpointLSN == "" {
+		return c, fmt.Errorf("pg_controldata: unexpected output")
+	}
+	return c, nil
+}
+
+// ConfigureStandby makes a stopped server start as a standby of the server primaryConnInfo
+// names, streaming through slot (none when empty): standby.signal, and the connection in
+// postgresql.auto.conf, where pg_basebackup puts it and where ALTER SYSTEM changes it later.
+// Recovery follows the primary's latest timeline (the default), so a standby of the old primary
+// follows a promoted one.
+func (i *Instance) ConfigureStandby(primaryConnInfo, slot string) error {
+	if i.Running() {
+		return errors.New("configure standby: the server is running")
+	}
+	auto := filepath.Join(i.DataDir, "postgresql.auto.conf")
+	existing, err := os.ReadFile(auto)
+	if err != nil && !os.IsNotExist(err) {
+		return fmt.Errorf("configure standby: %w", err)
+	}
+	// The last occurrence of a setting wins; earlier ones are dropped to keep the file readable.
+	var kept []string
+	for _, line := range strings.Split(strings.TrimRight(string(existing), "\n"), "\n") {
+		name, _, _ := strings.Cut(strings.TrimSpace(line), "=")
+		switch strings.TrimSpace(name) {
+		case "primary_conninfo", "primary_slot_name":
+			continue
+		}
+		if line != "" {
+			kept = append(kept, line)
+		}
+	}
+	kept = append(kept, "primary_conninfo = "+quoteLiteral(primaryConnInfo))
+	if slot != "" {
+		kept = append(kept, "primary_slot_name = "+quoteLiteral(slot))
+	}
+	if err := i.writeOwned(auto, strings.Join(kept, "\n")+"\n", 0o600); err != nil {
+		return fmt.Errorf("configure standby: %w", err)
+	}
+	if err := i.writeOwned(filepath.Join(i.DataDir, "standby.signal"), "", 0o600); err != nil {
+		return fmt.Errorf("configure standby: %w", err)
+	}
+	return nil
+}
+
+// IsStandby reports whether the server starts (or runs) as a standby.
+func (i *Instance) IsStandby() bool {
+	_, err := os.Stat(filepath.Join(i.DataDir, "standby.signal"))
+	return err == nil
+}
+
+var divergedAt = regexp.MustCompile(`servers diverged at WAL location ([0-9A-F]+/[0-9A-F]+) on timeline (\d+)`)
+
+// Rewind is what pg_rewind did to a server whose timeline diverged from the new primary's.
+type Rewind struct {
+	// DivergedAt is where the timelines parted: the server's WAL from there to its own end was
+	// never on the new primary and is gone from this server now.
+	DivergedAt string
+	// NoRewindNeeded: the server had written nothing the new primary lacks.
+	NoRewindNeeded bool
+}
+
+// Rewind synchronises the stopped server with the running server sourceConnInfo names (a
+// superuser connection), so that it can follow it as a standby without a new clone. It needs
+// data checksums or wal_log_hints (pgpilot has both). pg_rewind brings a server that crashed to
+// a clean state first.
+func (i *Instance) Rewind(ctx context.Context, sourceConnInfo string) (Rewind, error) {
+	if i.Running() {
+		return Rewind{}, errors.New("rewind: the server is running")
+	}
+	// A just-promoted source's control file still names its old timeline until its first
+	// checkpoint, and pg_rewind (before PostgreSQL 16) would find nothing to rewind.
+	source, err := pgx.Connect(ctx, sourceConnInfo)
+	if err != nil {
+		return Rewind{}, fmt.Errorf("rewind: connect to the source: %w", err)
+	}
+	_, err = source.Exec(ctx, "CHECKPOINT")
+	_ = source.Close(ctx)
+	if err != nil {
+		return Rewind{}, fmt.Errorf("rewind: checkpoint the source: %w", err)
+	}
+	out, err := i.output(ctx, "pg_rewind", "--target-pgdata="+i.DataDir, "--source-server="+sourceConnInfo)
+	if err != nil {
+		return Rewind{}, err
+	}
+	var r Rewind
+	if m := divergedAt.FindSubmatch(out); m != nil {
+		r.DivergedAt = string(m[1])
+	}
+	r.NoRewindNeeded = bytes.Contains(out, []byte("no rewind required"))
+	return r, nil
+}
+
+// output runs one of the server's binaries and returns what it printed, which also goes to
+// the server's log output.
+func (i *Instance) output(ctx context.Context, binary string, args ...string) ([]byte, error) {
+	cmd := exec.CommandContext(ctx, filepath.Join(i.BinDir, binary), args...)
+	i.prepare(cmd)
+	var buf bytes.Buffer
+	cmd.Stdout = &buf
+	cmd.Stderr = &buf
+	err := cmd.Run()
+	_, _ = i.logOutput().Write(buf.Bytes())
+	if err != nil {
+		return buf.Bytes(), fmt.Errorf("%s: %w: %s", binary, err, lastLine(buf.Bytes()))
+	}
+	return buf.Bytes(), nil
+}
+
+func lastLine(out []byte) string {
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	return lines[len(lines)-1]
+}
+
+// writeOwned writes a file in the data directory as the server's user owns it.
+func (i *Instance) writeOwned(path, content string, mode os.FileMode) error {
+	if err := os.WriteFile(path, []byte(content), mode); err != nil {
+		return err
+	}
+	if i.RunAs != nil {
+		return os.Chown(path, int(i.RunAs.Uid), int(i.RunAs.Gid))
+	}
+	return nil
+}
