@@ -197,10 +197,7 @@ func (a *Agent) ensureRoles(ctx context.Context) error {
 }
 
 // isPrimary: a standby has standby.signal in its data directory.
-func (a *Agent) isPrimary() bool {
-	_, err := os.Stat(filepath.Join(a.Instance.DataDir, "standby.signal"))
-	return os.IsNotExist(err)
-}
+func (a *Agent) isPrimary() bool { return !a.Instance.IsStandby() }
 
 // connect opens a superuser connection to the local server, over its socket.
 func (a *Agent) connect(ctx context.Context) (*pgx.Conn, error) {

@@ -16,15 +16,29 @@ import (
 // checks stands in for the running instance, so the operator's client and the agent's server
 // are tested against each other over real HTTP.
 type checks struct {
-	status     *agentapi.Status
-	restarting bool
-	dropped    []string
+	status        *agentapi.Status
+	restarting    bool
+	dropped       []string
+	promotedSlots []string
 }
 
 func (c *checks) Alive() bool                                      { return true }
 func (c *checks) Ready(context.Context) error                      { return nil }
 func (c *checks) Status(context.Context) (*agentapi.Status, error) { return c.status, nil }
 func (c *checks) StartRestart() bool                               { return !c.restarting }
+func (c *checks) Promote(_ context.Context, slots []string) (*agentapi.PromoteResponse, error) {
+	if c.status.Role == agentapi.RolePrimary {
+		return nil, agentapi.ErrWrongRole
+	}
+	c.promotedSlots = slots
+	return &agentapi.PromoteResponse{Timeline: c.status.Timeline + 1}, nil
+}
+func (c *checks) Demote(context.Context) (*agentapi.DemoteResponse, error) {
+	if c.status.Role != agentapi.RolePrimary {
+		return nil, agentapi.ErrWrongRole
+	}
+	return &agentapi.DemoteResponse{ShutdownLSN: "0/3000100", Clean: true}, nil
+}
 func (c *checks) DropInactiveSlots(_ context.Context, names []string) ([]string, error) {
 	c.dropped = names
 	return names[:1], nil
@@ -54,6 +68,20 @@ func TestClientAndServerAgree(t *testing.T) {
 	c.restarting = true
 	if err := client.Restart(ctx, endpoint); !errors.Is(err, agentapi.ErrRestartInProgress) {
 		t.Errorf("restart while restarting: %v, want ErrRestartInProgress", err)
+	}
+	promoted, err := client.Promote(ctx, endpoint, []string{"db_0"})
+	if err != nil || promoted.Timeline != 3 || !slices.Equal(c.promotedSlots, []string{"db_0"}) {
+		t.Errorf("promote: %+v (slots %v), %v", promoted, c.promotedSlots, err)
+	}
+	if _, err := client.Demote(ctx, endpoint); !errors.Is(err, agentapi.ErrWrongRole) {
+		t.Errorf("demote of a replica: %v, want ErrWrongRole", err)
+	}
+	c.status.Role = agentapi.RolePrimary
+	if demoted, err := client.Demote(ctx, endpoint); err != nil || demoted.ShutdownLSN != "0/3000100" || !demoted.Clean {
+		t.Errorf("demote: %+v, %v", demoted, err)
+	}
+	if _, err := client.Promote(ctx, endpoint, nil); !errors.Is(err, agentapi.ErrWrongRole) {
+		t.Errorf("promote of a primary: %v, want ErrWrongRole", err)
 	}
 	wrong := agentapi.Endpoint{Address: endpoint.Address, Token: "not-" + token}
 	if _, err := client.Status(ctx, wrong); err == nil || !strings.Contains(err.Error(), "401") {

@@ -29,6 +29,9 @@ type Checks interface {
 	// StartRestart begins a restart of PostgreSQL in the background; false when one is
 	// already in progress.
 	StartRestart() bool
+	// Promote and Demote change the instance's role (roles.go).
+	Promote(ctx context.Context, slots []string) (*agentapi.PromoteResponse, error)
+	Demote(ctx context.Context) (*agentapi.DemoteResponse, error)
 }
 
 // NewHandler serves the probes without authentication (the kubelet calls them) and the status
@@ -90,6 +93,7 @@ func NewHandler(checks Checks, token func() string) http.Handler {
 		w.WriteHeader(http.StatusAccepted)
 		_, _ = w.Write([]byte("restarting"))
 	})))
+	handleRoleChanges(mux, checks, token)
 	return mux
 }
 

@@ -61,6 +61,38 @@ func (h HTTPClient) Restart(ctx context.Context, e Endpoint) error {
 	return nil
 }
 
+// roleChangeTimeout bounds a promotion or a demotion, which wait for PostgreSQL to stop or
+// start.
+const roleChangeTimeout = 2 * time.Minute
+
+// Promote turns the standby into the primary, with slots for the instances that will follow it.
+func (h HTTPClient) Promote(ctx context.Context, e Endpoint, slots []string) (*PromoteResponse, error) {
+	answer := &PromoteResponse{}
+	long := HTTPClient{Timeout: max(h.Timeout, roleChangeTimeout)}
+	if err := long.call(ctx, e, http.MethodPost, PathPromote, PromoteRequest{Slots: slots}, http.StatusOK, answer); err != nil {
+		return nil, fmt.Errorf("promote: %w", conflictAs(err, ErrWrongRole))
+	}
+	return answer, nil
+}
+
+// Demote shuts the primary down cleanly and restarts it as a standby of the primary host.
+func (h HTTPClient) Demote(ctx context.Context, e Endpoint) (*DemoteResponse, error) {
+	answer := &DemoteResponse{}
+	long := HTTPClient{Timeout: max(h.Timeout, roleChangeTimeout)}
+	if err := long.call(ctx, e, http.MethodPost, PathDemote, nil, http.StatusOK, answer); err != nil {
+		return nil, fmt.Errorf("demote: %w", conflictAs(err, ErrWrongRole))
+	}
+	return answer, nil
+}
+
+// conflictAs names a 409 answer by the error the agent meant.
+func conflictAs(err, conflict error) error {
+	if status, ok := err.(statusError); ok && status.code == http.StatusConflict {
+		return fmt.Errorf("%w: %s", conflict, status.body)
+	}
+	return err
+}
+
 // statusError is an answer other than the one expected.
 type statusError struct {
 	code int

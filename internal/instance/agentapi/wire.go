@@ -18,7 +18,34 @@ const (
 	// PathRestart restarts PostgreSQL in the background, for settings pending a restart:
 	// 202 when started, 409 when a restart is already running.
 	PathRestart = "/v1/restart"
+	// PathPromote turns a standby into the primary: PromoteRequest, PromoteResponse; 409 when
+	// the instance is not a standby or is busy restarting.
+	PathPromote = "/v1/promote"
+	// PathDemote shuts a primary down cleanly and starts it again as a standby of the
+	// primary host (the -rw Service): DemoteResponse; 409 when it is not a primary or busy.
+	PathDemote = "/v1/demote"
 )
+
+// PromoteRequest names the physical replication slots the new primary creates, one for each
+// instance that will stream from it.
+type PromoteRequest struct {
+	Slots []string `json:"slots"`
+}
+
+// PromoteResponse is the new primary's timeline.
+type PromoteResponse struct {
+	Timeline int64 `json:"timeline"`
+}
+
+// DemoteResponse says where the demoted primary's WAL ends: a standby that replayed past
+// ShutdownLSN holds every commit it acknowledged, when Clean (a shutdown checkpoint was written).
+type DemoteResponse struct {
+	ShutdownLSN string `json:"shutdownLSN"`
+	Clean       bool   `json:"clean"`
+}
+
+// ErrWrongRole is a role change asked of an instance that does not have the role it needs.
+var ErrWrongRole = errors.New("the instance does not have the role this needs")
 
 // LocalSuperuserMap is the pg_ident.conf map through which the agent's OS user logs in as the
 // superuser over the local socket; pg_hba.conf's first line names it.

@@ -14,8 +14,11 @@ func QueryStatus(ctx context.Context, conn *pgx.Conn) (*agentapi.Status, error) 
 	s := &agentapi.Status{}
 	var inRecovery bool
 	var current, receive, replay *string
+	// A primary's timeline is its current WAL file's: the control file's checkpoint lags a
+	// promotion until the next checkpoint.
 	err := conn.QueryRow(ctx, `SELECT pg_is_in_recovery(),
-		(SELECT timeline_id FROM pg_control_checkpoint()),
+		CASE WHEN pg_is_in_recovery() THEN (SELECT timeline_id FROM pg_control_checkpoint())
+			ELSE ('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::int END,
 		CASE WHEN pg_is_in_recovery() THEN NULL ELSE pg_current_wal_lsn()::text END,
 		pg_last_wal_receive_lsn()::text,
 		pg_last_wal_replay_lsn()::text`).Scan(&inRecovery, &s.Timeline, &current, &receive, &replay)
@@ -90,4 +93,14 @@ func deref(s *string) string {
 		return ""
 	}
 	return *s
+}
+
+// EnsureSlots creates the named physical replication slots that do not exist yet.
+func EnsureSlots(ctx context.Context, conn *pgx.Conn, names []string) error {
+	_, err := conn.Exec(ctx, `SELECT pg_create_physical_replication_slot(name) FROM unnest($1::text[]) AS name
+		WHERE name NOT IN (SELECT slot_name FROM pg_replication_slots)`, names)
+	if err != nil {
+		return fmt.Errorf("create slots: %w", err)
+	}
+	return nil
 }

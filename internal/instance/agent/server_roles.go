@@ -1,0 +1,47 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"time"
+
+	"github.com/pgpilot/pgpilot-operator/internal/instance/agentapi"
+)
+
+// roleChangeTimeout bounds a promotion or demotion: a fast shutdown, its immediate fallback,
+// and a start.
+const roleChangeTimeout = 110 * time.Second
+
+func handleRoleChanges(mux *http.ServeMux, checks Checks, token func() string) {
+	mux.Handle("POST "+agentapi.PathPromote, requireToken(token, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var req agentapi.PromoteRequest
+		if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 64<<10)).Decode(&req); err != nil {
+			http.Error(w, "bad request: "+err.Error(), http.StatusBadRequest)
+			return
+		}
+		ctx, cancel := context.WithTimeout(r.Context(), roleChangeTimeout)
+		defer cancel()
+		answer, err := checks.Promote(ctx, req.Slots)
+		writeRoleChange(w, answer, err)
+	})))
+	mux.Handle("POST "+agentapi.PathDemote, requireToken(token, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), roleChangeTimeout)
+		defer cancel()
+		answer, err := checks.Demote(ctx)
+		writeRoleChange(w, answer, err)
+	})))
+}
+
+func writeRoleChange(w http.ResponseWriter, answer any, err error) {
+	switch {
+	case errors.Is(err, agentapi.ErrWrongRole) || errors.Is(err, agentapi.ErrRestartInProgress):
+		http.Error(w, err.Error(), http.StatusConflict)
+	case err != nil:
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+	default:
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(answer)
+	}
+}
