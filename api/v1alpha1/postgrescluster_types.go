@@ -203,7 +203,7 @@ const (
 )
 
 // Phase is a one-word summary of the cluster for `kubectl get`.
-// +kubebuilder:validation:Enum=Pending;Bootstrapping;Ready;Scaling;Degraded;Deleting
+// +kubebuilder:validation:Enum=Pending;Bootstrapping;Ready;Scaling;Degraded;SwitchingOver;Deleting
 type Phase string
 
 // Phases of a PostgresCluster.
@@ -213,6 +213,8 @@ const (
 	PhaseReady         Phase = "Ready"
 	PhaseScaling       Phase = "Scaling"
 	PhaseDegraded      Phase = "Degraded"
+	// PhaseSwitchingOver: a planned switchover moves the primary to status.targetPrimary.
+	PhaseSwitchingOver Phase = "SwitchingOver"
 	PhaseDeleting      Phase = "Deleting"
 )
 
@@ -244,6 +246,17 @@ type PostgresClusterStatus struct {
 	// +optional
 	// +operator-sdk:csv:customresourcedefinitions:type=status,displayName="Current Primary",xDescriptors={"urn:alm:descriptor:io.kubernetes:Pod"},order=5
 	CurrentPrimary string `json:"currentPrimary,omitempty"`
+
+	// The instance a switchover is making the primary, while it runs; empty otherwise.
+	// +optional
+	// +operator-sdk:csv:customresourcedefinitions:type=status,displayName="Target Primary",xDescriptors={"urn:alm:descriptor:io.kubernetes:Pod"},order=10
+	TargetPrimary string `json:"targetPrimary,omitempty"`
+
+	// Where the demoted primary's WAL ended during a switchover: the target is promoted only
+	// once it has replayed past it, so no acknowledged commit is lost.
+	// +optional
+	// +operator-sdk:csv:customresourcedefinitions:type=status,displayName="Switchover LSN",xDescriptors={"urn:alm:descriptor:com.tectonic.ui:hidden"},order=11
+	SwitchoverLSN string `json:"switchoverLSN,omitempty"`
 
 	// The metadata.generation this status was computed from.
 	// +optional

@@ -16,6 +16,8 @@ type AgentClient interface {
 	Status(ctx context.Context, e agentapi.Endpoint) (*agentapi.Status, error)
 	DropSlots(ctx context.Context, e agentapi.Endpoint, slots []string) ([]string, error)
 	Restart(ctx context.Context, e agentapi.Endpoint) error
+	Promote(ctx context.Context, e agentapi.Endpoint, slots []string) (*agentapi.PromoteResponse, error)
+	Demote(ctx context.Context, e agentapi.Endpoint) (*agentapi.DemoteResponse, error)
 }
 
 // AgentAddress is where an instance pod's agent listens: its pod IP and the agent port.

@@ -15,6 +15,9 @@ type fakeAgents struct {
 	busy     map[string]bool // a restart is already running there
 	restarts []string
 	drops    map[string][]string
+	// promoted and demoted are the addresses asked to change role, in order.
+	promoted, demoted []string
+	promotedSlots     []string
 }
 
 func newFakeAgents() *fakeAgents {
@@ -35,6 +38,21 @@ func (f *fakeAgents) DropSlots(_ context.Context, e agentapi.Endpoint, slots []s
 	defer f.mu.Unlock()
 	f.drops[e.Address] = append(f.drops[e.Address], slots...)
 	return slots, nil
+}
+
+func (f *fakeAgents) Promote(_ context.Context, e agentapi.Endpoint, slots []string) (*agentapi.PromoteResponse, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.promoted = append(f.promoted, e.Address)
+	f.promotedSlots = slots
+	return &agentapi.PromoteResponse{Timeline: 2}, nil
+}
+
+func (f *fakeAgents) Demote(_ context.Context, e agentapi.Endpoint) (*agentapi.DemoteResponse, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.demoted = append(f.demoted, e.Address)
+	return &agentapi.DemoteResponse{ShutdownLSN: "0/3000100", Clean: true}, nil
 }
 
 func (f *fakeAgents) Restart(_ context.Context, e agentapi.Endpoint) error {

@@ -89,6 +89,7 @@ func (r *PostgresClusterReconciler) stages() []stage {
 		{"services", r.ensureServices},
 		{"poddisruptionbudget", r.ensurePodDisruptionBudget},
 		{"observe", r.observe},
+		{"switchover", r.switchover},
 		{"primary", r.decidePrimary},
 		{"credentials", r.announceRotation},
 		{"slots", r.dropRemovedSlots},
@@ -167,7 +168,9 @@ func (r *PostgresClusterReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		return err
 	}
 	return ctrl.NewControllerManagedBy(mgr).
-		For(&pgv1.PostgresCluster{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		// Spec changes, and annotations: the switchover trigger is one.
+		For(&pgv1.PostgresCluster{}, builder.WithPredicates(predicate.Or(
+			predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{}))).
 		Owns(&corev1.Secret{}).
 		Owns(&corev1.ConfigMap{}).
 		Owns(&appsv1.StatefulSet{}).

@@ -5,7 +5,9 @@ import (
 	"net/http"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -98,6 +100,82 @@ var _ = Describe("Instances with real agents", func() {
 		Eventually(func(g Gomega) {
 			g.Expect(condition(fetch(cluster), pgv1.ConditionReady).Status).To(Equal(metav1.ConditionFalse))
 		}, 30*time.Second).Should(Succeed())
+	})
+
+	It("switches over to the annotated instance without losing an acknowledged commit", func() {
+		rw := pgtest.NewServiceProxy(GinkgoT())
+		var mu sync.Mutex
+		ports := map[string]int{}
+		// Plays the -rw Service: its one endpoint is the pod labelled primary, if any.
+		done := make(chan struct{})
+		defer close(done)
+		go func() {
+			defer GinkgoRecover()
+			for {
+				select {
+				case <-done:
+					return
+				case <-time.After(100 * time.Millisecond):
+				}
+				pods := &corev1.PodList{}
+				if k8sClient.List(ctx, pods, client.InNamespace(cluster.Namespace),
+					client.MatchingLabels(pgbuilder.RoleSelector(cluster, pgbuilder.RolePrimary))) != nil {
+					continue
+				}
+				mu.Lock()
+				target := 0
+				if len(pods.Items) == 1 {
+					target = ports[pods.Items[0].Name]
+				}
+				mu.Unlock()
+				rw.SetTarget(target)
+			}
+		}()
+		for _, pod := range []string{"db-0", "db-1"} {
+			a := runInstance(pod, rw.Port, "db-0")
+			mu.Lock()
+			ports[pod] = a.Instance.Port
+			mu.Unlock()
+		}
+		Eventually(func(g Gomega) {
+			g.Expect(fetch(cluster).Status.Phase).To(Equal(pgv1.PhaseReady))
+		}, 60*time.Second).Should(Succeed())
+
+		password := clusterCredentials(cluster).AppPassword
+		app, err := pgx.Connect(ctx, postgres.ConnInfo("host", "127.0.0.1", "port", strconv.Itoa(rw.Port),
+			"user", "app", "password", password, "dbname", "app"))
+		Expect(err).NotTo(HaveOccurred())
+		for i := range 100 {
+			_, err := app.Exec(ctx, fmt.Sprintf("CREATE TABLE IF NOT EXISTS t (v int); INSERT INTO t VALUES (%d)", i))
+			Expect(err).NotTo(HaveOccurred())
+		}
+		_ = app.Close(ctx)
+
+		c := fetch(cluster)
+		c.Annotations = map[string]string{pgv1.SwitchoverAnnotation: "db-1"}
+		Expect(k8sClient.Update(ctx, c)).To(Succeed())
+		Eventually(func(g Gomega) {
+			got := fetch(cluster)
+			g.Expect(got.Status.CurrentPrimary).To(Equal("db-1"))
+			g.Expect(got.Status.TargetPrimary).To(BeEmpty())
+			g.Expect(got.Status.Phase).To(Equal(pgv1.PhaseReady))
+			replica := got.Status.InstancesStatus[0]
+			g.Expect(replica.Role).To(Equal(agentapi.RoleReplica))
+			g.Expect(replica.Streaming).To(BeTrue())
+			g.Expect(replica.Timeline).To(Equal(int64(2)))
+		}, 90*time.Second).Should(Succeed())
+		Eventually(eventReasons).WithArguments(cluster).Should(ContainElements("SwitchoverStarted", "Demoted", "Promoted", "SwitchoverCompleted"))
+
+		Eventually(func() (int, error) {
+			conn, err := pgx.Connect(ctx, postgres.ConnInfo("host", "127.0.0.1", "port", strconv.Itoa(rw.Port),
+				"user", "app", "password", password, "dbname", "app"))
+			if err != nil {
+				return 0, err
+			}
+			defer func() { _ = conn.Close(ctx) }()
+			var rows int
+			return rows, conn.QueryRow(ctx, "SELECT count(*) FROM t").Scan(&rows)
+		}, 30*time.Second).Should(Equal(100), "every acknowledged commit is on the new primary")
 	})
 
 	It("restarts for settings that need it, the replica first and the primary last", func() {

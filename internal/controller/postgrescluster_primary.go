@@ -22,7 +22,7 @@ func (r *PostgresClusterReconciler) decidePrimary(ctx context.Context, s *scope)
 	if st != nil {
 		return st, nil
 	}
-	return nil, r.labelRoles(ctx, s)
+	return nil, r.labelRoles(ctx, s, s.primary)
 }
 
 // choosePrimary is the instance whose PostgreSQL says it is primary, when the agents answered;
@@ -60,12 +60,13 @@ func choosePrimary(c *pgv1.PostgresCluster, o *observed) (string, *stop) {
 	return "", waitFor("Bootstrapping", fmt.Sprintf("waiting for %s to initialise PostgreSQL and accept connections", first))
 }
 
-// labelRoles puts every instance's role on its pod.
-func (r *PostgresClusterReconciler) labelRoles(ctx context.Context, s *scope) error {
+// labelRoles puts every instance's role on its pod: primary on the one named (none when
+// fencing), replica on the others.
+func (r *PostgresClusterReconciler) labelRoles(ctx context.Context, s *scope, primary string) error {
 	for i := range s.observed.pods {
 		pod := &s.observed.pods[i]
 		role := pgbuilder.RoleReplica
-		if pod.Name == s.primary {
+		if pod.Name == primary {
 			role = pgbuilder.RolePrimary
 		}
 		if pod.Labels[pgbuilder.RoleLabel] == role {

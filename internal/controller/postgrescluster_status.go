@@ -71,8 +71,10 @@ type summary struct {
 	instancesStatus []pgv1.InstanceStatus
 	// credentialsVersions, once announced; nil keeps what the status has.
 	credentialsVersions map[string]string
-	waiting             *reasonMessage
-	failure             *reasonMessage
+	// targetPrimary and switchoverLSN: a running switchover.
+	targetPrimary, switchoverLSN string
+	waiting                      *reasonMessage
+	failure                      *reasonMessage
 }
 
 func summarize(s *scope) summary {
@@ -82,6 +84,9 @@ func summarize(s *scope) summary {
 		operator:   version.Version,
 		waiting:    s.waiting,
 		failure:    s.failure,
+
+		targetPrimary: s.targetPrimary,
+		switchoverLSN: s.switchoverLSN,
 	}
 	// Before there is a primary, the instances are still being created: their agents' answers
 	// would only churn the status.
@@ -129,6 +134,7 @@ func computeStatus(status *pgv1.PostgresClusterStatus, o summary) {
 	status.Instances = o.instances
 	status.ReadyInstances = o.readyInstances
 	status.CurrentPrimary = o.primary
+	status.TargetPrimary, status.SwitchoverLSN = o.targetPrimary, o.switchoverLSN
 	status.OperatorVersion = o.operator
 	if o.instancesStatus != nil {
 		status.InstancesStatus = o.instancesStatus
@@ -201,7 +207,11 @@ func setProgressingCondition(status *pgv1.PostgresClusterStatus, o summary) {
 
 func phase(o summary) pgv1.Phase {
 	switch {
-	case o.failure != nil || (o.primary != "" && !o.primaryReady):
+	case o.failure != nil:
+		return pgv1.PhaseDegraded
+	case o.targetPrimary != "":
+		return pgv1.PhaseSwitchingOver
+	case o.primary != "" && !o.primaryReady:
 		return pgv1.PhaseDegraded
 	case o.allReady():
 		return pgv1.PhaseReady

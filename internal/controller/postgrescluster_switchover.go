@@ -1,0 +1,130 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+
+	pgv1 "github.com/pgpilot/pgpilot-operator/api/v1alpha1"
+	pgbuilder "github.com/pgpilot/pgpilot-operator/internal/builder"
+	"github.com/pgpilot/pgpilot-operator/internal/instance/agentapi"
+)
+
+// switchoverStep is how soon a running switchover looks again: its steps take seconds, and
+// the cluster has no primary in between.
+const switchoverStep = time.Second
+
+// switchover runs a planned switchover to the instance the switchover annotation names, one
+// idempotent step per reconcile, each decided from what was observed and what the status
+// recorded, so that a restarted operator resumes it: fence the primary (no pod labelled
+// primary: the -rw Service has no endpoint), demote it (a clean shutdown; where its WAL ended
+// goes into the status), wait until the target has replayed that far, promote the target,
+// and hand over to decidePrimary, which labels it. No acknowledged commit is lost.
+func (r *PostgresClusterReconciler) switchover(ctx context.Context, s *scope) (*stop, error) {
+	if s.targetPrimary == "" {
+		return r.startSwitchover(s)
+	}
+	old, target := s.cluster.Status.CurrentPrimary, s.targetPrimary
+	s.primary = old // the status keeps naming it until the target is promoted
+	targetReport := s.observed.reports[target]
+	if targetReport != nil && targetReport.Role == agentapi.RolePrimary {
+		s.targetPrimary, s.switchoverLSN = "", ""
+		r.event(s.cluster, s.observed.pod(target), corev1.EventTypeNormal, "SwitchoverCompleted", "Switchover",
+			"%s is the primary on timeline %d; %s follows it", target, targetReport.Timeline, old)
+		return nil, nil // decidePrimary labels it
+	}
+	if err := r.labelRoles(ctx, s, ""); err != nil {
+		return nil, err
+	}
+	if s.switchoverLSN == "" {
+		return r.demoteForSwitchover(ctx, s, old)
+	}
+	if targetReport == nil || !replayedPast(targetReport, s.switchoverLSN) {
+		return switchingOver(fmt.Sprintf("waiting for %s to replay the WAL of %s up to %s", target, old, s.switchoverLSN)), nil
+	}
+	pod := s.observed.pod(target)
+	if pod == nil {
+		return switchingOver(fmt.Sprintf("waiting for the pod of %s", target)), nil
+	}
+	promoted, err := r.agents().Promote(ctx, r.endpoint(s, pod), followerSlots(s, target))
+	if err != nil {
+		return nil, fmt.Errorf("promote %s: %w", target, err)
+	}
+	r.event(s.cluster, pod, corev1.EventTypeNormal, "Promoted", "Switchover", "%s promoted on timeline %d", target, promoted.Timeline)
+	return switchingOver(fmt.Sprintf("%s promoted; waiting for its agent to report it", target)), nil
+}
+
+// startSwitchover begins a switchover when the annotation names an instance other than the
+// primary, the cluster is healthy and the target streams; else it says why it waits.
+func (r *PostgresClusterReconciler) startSwitchover(s *scope) (*stop, error) {
+	target := s.cluster.Annotations[pgv1.SwitchoverAnnotation]
+	current := s.cluster.Status.CurrentPrimary
+	if target == "" || target == current || current == "" {
+		return nil, nil
+	}
+	if s.observed.pod(target) == nil {
+		return invalid("SwitchoverTargetUnknown", fmt.Sprintf("%s names %s, which is not an instance of this cluster",
+			pgv1.SwitchoverAnnotation, target)), nil
+	}
+	s.primary = current
+	report := s.observed.reports[target]
+	if report == nil || report.Role != agentapi.RoleReplica || !report.Streaming || !assessHealth(s).allReady() {
+		return waitFor("SwitchoverWaiting", fmt.Sprintf("a switchover to %s waits for a healthy cluster in which it streams", target)), nil
+	}
+	s.targetPrimary = target
+	r.event(s.cluster, s.observed.pod(target), corev1.EventTypeNormal, "SwitchoverStarted", "Switchover",
+		"Switching over from %s to %s", current, target)
+	return switchingOver(fmt.Sprintf("switching over from %s to %s", current, target)), nil
+}
+
+func (r *PostgresClusterReconciler) demoteForSwitchover(ctx context.Context, s *scope, old string) (*stop, error) {
+	pod := s.observed.pod(old)
+	if pod == nil || s.observed.reports[old] == nil {
+		return switchingOver(fmt.Sprintf("waiting for the agent of %s to answer, to demote it", old)), nil
+	}
+	demoted, err := r.agents().Demote(ctx, r.endpoint(s, pod))
+	if err != nil {
+		return nil, fmt.Errorf("demote %s: %w", old, err)
+	}
+	s.switchoverLSN = demoted.ShutdownLSN
+	r.event(s.cluster, pod, corev1.EventTypeNormal, "Demoted", "Switchover",
+		"%s shut down (clean: %t) with its WAL ending at %s, and follows as a standby", old, demoted.Clean, demoted.ShutdownLSN)
+	return switchingOver(fmt.Sprintf("%s demoted; waiting for %s to replay up to %s", old, s.targetPrimary, demoted.ShutdownLSN)), nil
+}
+
+func switchingOver(message string) *stop {
+	return &stop{reasonMessage: reasonMessage{"SwitchingOver", message}, retry: true, after: switchoverStep}
+}
+
+// followerSlots are the replication slots the new primary needs: one for every other instance.
+func followerSlots(s *scope, target string) []string {
+	var slots []string
+	for i := range int(s.cluster.Spec.Instances) {
+		if pod := pgbuilder.InstancePodName(s.cluster, i); pod != target {
+			slots = append(slots, agentapi.SlotName(pod))
+		}
+	}
+	return slots
+}
+
+// replayedPast reports whether a standby has replayed WAL up to lsn.
+func replayedPast(report *agentapi.Status, lsn string) bool {
+	replayed, ok1 := parseLSN(report.ReplayLSN)
+	want, ok2 := parseLSN(lsn)
+	return ok1 && ok2 && replayed >= want
+}
+
+// parseLSN reads PostgreSQL's textual WAL position, two hexadecimal halves ("0/3000060").
+func parseLSN(lsn string) (uint64, bool) {
+	hi, lo, ok := strings.Cut(lsn, "/")
+	if !ok {
+		return 0, false
+	}
+	h, err1 := strconv.ParseUint(hi, 16, 32)
+	l, err2 := strconv.ParseUint(lo, 16, 32)
+	return h<<32 | l, err1 == nil && err2 == nil
+}

@@ -1,0 +1,87 @@
+package controller
+
+import (
+	"context"
+	"slices"
+	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+
+	pgv1 "github.com/pgpilot/pgpilot-operator/api/v1alpha1"
+	pgbuilder "github.com/pgpilot/pgpilot-operator/internal/builder"
+	"github.com/pgpilot/pgpilot-operator/internal/instance/agentapi"
+)
+
+// A switchover moves on one step per reconcile, from what was observed and what the status
+// recorded. The pods carry no primary label here, as after the fence, so no API write is due.
+func TestSwitchoverSteps(t *testing.T) {
+	agents := newFakeAgents()
+	r := &PostgresClusterReconciler{Agents: agents, AgentAddress: func(p *corev1.Pod) string { return p.Name }}
+	cluster := testCluster(2)
+	cluster.Annotations = map[string]string{pgv1.SwitchoverAnnotation: "db-1"}
+	cluster.Status.CurrentPrimary = "db-0"
+	pods := []corev1.Pod{testPod("db-0", pgbuilder.RoleReplica, true), testPod("db-1", pgbuilder.RoleReplica, true)}
+	reconcile := func(reports map[string]*agentapi.Status) *stop {
+		t.Helper()
+		s := newScope(cluster)
+		s.statefulSet = &appsv1.StatefulSet{Status: appsv1.StatefulSetStatus{Replicas: 2, ReadyReplicas: 2}}
+		s.observed = &observed{pods: pods, reports: reports}
+		st, err := r.switchover(context.Background(), s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// What the status write would keep for the next reconcile.
+		cluster.Status.TargetPrimary, cluster.Status.SwitchoverLSN = s.targetPrimary, s.switchoverLSN
+		return st
+	}
+	primary := &agentapi.Status{Role: agentapi.RolePrimary, Timeline: 1}
+	replica := func(replayed string) *agentapi.Status {
+		return &agentapi.Status{Role: agentapi.RoleReplica, Streaming: true, ReplayLSN: replayed, Timeline: 1}
+	}
+
+	if st := reconcile(map[string]*agentapi.Status{"db-0": primary, "db-1": {Role: agentapi.RoleReplica}}); st == nil || st.reason != "SwitchoverWaiting" {
+		t.Fatalf("a target that does not stream: %+v, want SwitchoverWaiting", st)
+	}
+	if st := reconcile(map[string]*agentapi.Status{"db-0": primary, "db-1": replica("0/3000000")}); st == nil || st.reason != "SwitchingOver" || cluster.Status.TargetPrimary != "db-1" {
+		t.Fatalf("start: %+v, target %q", st, cluster.Status.TargetPrimary)
+	}
+	reconcile(map[string]*agentapi.Status{"db-0": primary, "db-1": replica("0/3000000")})
+	if !slices.Equal(agents.demoted, []string{"db-0"}) || cluster.Status.SwitchoverLSN != "0/3000100" {
+		t.Fatalf("demote: %v, LSN %q", agents.demoted, cluster.Status.SwitchoverLSN)
+	}
+	demoted := replica("0/3000100")
+	reconcile(map[string]*agentapi.Status{"db-0": demoted, "db-1": replica("0/3000000")})
+	if len(agents.promoted) != 0 {
+		t.Fatalf("promoted %v before the target replayed the old primary's last WAL", agents.promoted)
+	}
+	reconcile(map[string]*agentapi.Status{"db-0": demoted, "db-1": replica("0/3000108")})
+	if !slices.Equal(agents.promoted, []string{"db-1"}) || !slices.Equal(agents.promotedSlots, []string{"db_0"}) {
+		t.Fatalf("promote: %v with slots %v", agents.promoted, agents.promotedSlots)
+	}
+	if st := reconcile(map[string]*agentapi.Status{"db-0": demoted, "db-1": {Role: agentapi.RolePrimary, Timeline: 2}}); st != nil || cluster.Status.TargetPrimary != "" {
+		t.Fatalf("completion: %+v, target %q", st, cluster.Status.TargetPrimary)
+	}
+	if len(agents.demoted) != 1 || len(agents.promoted) != 1 {
+		t.Errorf("role changes repeated: demoted %v, promoted %v", agents.demoted, agents.promoted)
+	}
+
+	cluster.Annotations[pgv1.SwitchoverAnnotation] = "db-7"
+	cluster.Status.CurrentPrimary = "db-1"
+	if st := reconcile(map[string]*agentapi.Status{"db-0": demoted, "db-1": primary}); st == nil || st.reason != "SwitchoverTargetUnknown" || !st.failed {
+		t.Errorf("unknown target: %+v", st)
+	}
+}
+
+func TestParseLSN(t *testing.T) {
+	for lsn, want := range map[string]uint64{"0/3000060": 0x3000060, "1/0": 1 << 32, "A/FF": 0xA<<32 | 0xFF} {
+		if got, ok := parseLSN(lsn); !ok || got != want {
+			t.Errorf("parseLSN(%q) = %x, %v", lsn, got, ok)
+		}
+	}
+	for _, bad := range []string{"", "3000060", "x/1"} {
+		if _, ok := parseLSN(bad); ok {
+			t.Errorf("parseLSN(%q) accepted", bad)
+		}
+	}
+}
