@@ -44,7 +44,9 @@ var _ = Describe("The sample PostgresCluster", Ordered, func() {
 	})
 
 	It("answers SQL through its read-write Service", func(ctx SpecContext) {
-		logs := runJob(ctx, cluster.Namespace, "psql", superuserPsql(ctx, cluster, "select 'answer from ' || current_setting('cluster_name')"))
+		logs, ok := psql(ctx, cluster, "psql", cluster.Name+"-rw", cluster.Name+"-superuser", "postgres",
+			"select 'answer from ' || current_setting('cluster_name')")
+		Expect(ok).To(BeTrue(), "psql failed:\n%s", logs)
 		Expect(logs).To(ContainSubstring("answer from " + cluster.Name))
 	})
 
@@ -65,7 +67,8 @@ var _ = Describe("The sample PostgresCluster", Ordered, func() {
 		attempt := 0
 		Eventually(func() bool {
 			attempt++
-			_, ok := tryJob(ctx, cluster.Namespace, fmt.Sprintf("psql-rotated-%d", attempt), superuserPsql(ctx, cluster, "select 1"))
+			_, ok := psql(ctx, cluster, fmt.Sprintf("psql-rotated-%d", attempt), cluster.Name+"-rw", cluster.Name+"-superuser",
+				"postgres", "select 1")
 			return ok
 		}).WithTimeout(2*time.Minute).WithPolling(time.Second).Should(BeTrue(),
 			"the new password from the re-created Secret does not let psql in")
@@ -174,24 +177,6 @@ func waitForVolumesGone(ctx context.Context, names []string) {
 			return apierrors.IsNotFound(k8s.Get(ctx, client.ObjectKey{Name: name}, &corev1.PersistentVolume{}))
 		}).Should(BeTrue(), "volume %s was not deleted", name)
 	}
-}
-
-// superuserPsql is a pod that runs sql through the cluster's -rw Service as the superuser, with
-// the password its Secret holds now.
-func superuserPsql(ctx context.Context, cluster *pgv1.PostgresCluster, sql string) corev1.PodSpec {
-	sts := &appsv1.StatefulSet{}
-	Expect(k8s.Get(ctx, client.ObjectKeyFromObject(cluster), sts)).To(Succeed())
-	return corev1.PodSpec{Containers: []corev1.Container{restrictedContainer(corev1.Container{
-		Name:    "psql",
-		Image:   sts.Spec.Template.Spec.Containers[0].Image,
-		Command: []string{"psql", "-h", cluster.Name + "-rw", "-U", "postgres", "-tAc", sql},
-		Env: []corev1.EnvVar{{Name: "PGPASSWORD", ValueFrom: &corev1.EnvVarSource{
-			SecretKeyRef: &corev1.SecretKeySelector{
-				LocalObjectReference: corev1.LocalObjectReference{Name: cluster.Name + "-superuser"},
-				Key:                  corev1.BasicAuthPasswordKey,
-			},
-		}}},
-	})}}
 }
 
 // restartCounts are the instance pods' container restarts, by pod.

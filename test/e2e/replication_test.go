@@ -80,6 +80,38 @@ var _ = Describe("Streaming replication", Ordered, func() {
 		}).WithTimeout(2 * time.Minute).Should(ContainSubstring("1 slots"))
 	})
 
+	It("switches over under writes without losing an acknowledged one", func(ctx SpecContext) {
+		current := &pgv1.PostgresCluster{}
+		Expect(k8s.Get(ctx, client.ObjectKeyFromObject(cluster), current)).To(Succeed())
+		old := current.Status.CurrentPrimary
+		target := ""
+		for _, st := range current.Status.InstancesStatus {
+			if st.Name != old {
+				target = st.Name
+			}
+		}
+		checker := startWriteChecker(ctx, cluster)
+		time.Sleep(2 * time.Second) // writes acknowledged before the switchover, too
+		start := time.Now()
+		Expect(retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			Expect(k8s.Get(ctx, client.ObjectKeyFromObject(cluster), current)).To(Succeed())
+			current.Annotations = map[string]string{pgv1.SwitchoverAnnotation: target}
+			return k8s.Update(ctx, current)
+		})).To(Succeed())
+		Eventually(func(g Gomega) {
+			g.Expect(k8s.Get(ctx, client.ObjectKeyFromObject(cluster), current)).To(Succeed())
+			g.Expect(current.Status.CurrentPrimary).To(Equal(target))
+			g.Expect(current.Status.Phase).To(Equal(pgv1.PhaseReady))
+		}).WithTimeout(3 * time.Minute).WithPolling(time.Second).Should(Succeed())
+		AddReportEntry("switchover "+old+" → "+target+" to Ready", time.Since(start).Round(100*time.Millisecond).String())
+		time.Sleep(2 * time.Second) // and after it
+		report := checker.stopAndVerify(ctx)
+		AddReportEntry("write checker across the switchover", report.String())
+		Expect(report.Lost).To(BeZero(), "acknowledged writes lost: %s", report)
+		Expect(report.Acknowledged).To(BeNumerically(">", 0))
+		expectReplication(ctx, cluster, current.Spec.Instances)
+	})
+
 	It("applies a parameter change and reports it", func(ctx SpecContext) {
 		Expect(retry.RetryOnConflict(retry.DefaultRetry, func() error {
 			current := &pgv1.PostgresCluster{}

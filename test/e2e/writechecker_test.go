@@ -1,0 +1,153 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	pgv1 "github.com/pgpilot/pgpilot-operator/api/v1alpha1"
+	"github.com/pgpilot/pgpilot-operator/internal/instance/postgres"
+)
+
+// writeChecker keeps inserting numbered rows through the cluster's -rw Service, as the
+// application user, and records each insert the server acknowledged. Afterwards every
+// acknowledged row must be on the primary; a row whose acknowledgement was lost may or may
+// not be there, and none can be there twice (the id is the key).
+type writeChecker struct {
+	connInfo string
+	stop     chan struct{}
+	done     chan struct{}
+
+	mu         sync.Mutex
+	acked      []int64
+	failed     int
+	lastAck    time.Time
+	longestGap time.Duration
+}
+
+func startWriteChecker(ctx context.Context, cluster *pgv1.PostgresCluster) *writeChecker {
+	svc := &corev1.Service{}
+	Expect(k8s.Get(ctx, client.ObjectKey{Namespace: cluster.Namespace, Name: cluster.Name + "-rw"}, svc)).To(Succeed())
+	secret := &corev1.Secret{}
+	Expect(k8s.Get(ctx, client.ObjectKey{Namespace: cluster.Namespace, Name: cluster.Name + "-app"}, secret)).To(Succeed())
+	w := &writeChecker{
+		connInfo: postgres.ConnInfo("host", svc.Spec.ClusterIP, "port", "5432", "dbname", "app",
+			"user", string(secret.Data[corev1.BasicAuthUsernameKey]), "password", string(secret.Data[corev1.BasicAuthPasswordKey]),
+			"connect_timeout", "2"),
+		stop: make(chan struct{}), done: make(chan struct{}),
+	}
+	Eventually(func() error {
+		conn, err := w.connect(ctx)
+		if err != nil {
+			return err
+		}
+		defer func() { _ = conn.Close(ctx) }()
+		_, err = conn.Exec(ctx, "CREATE TABLE IF NOT EXISTS write_checker (id bigint PRIMARY KEY)")
+		return err
+	}).WithTimeout(time.Minute).Should(Succeed())
+	go w.run(ctx)
+	return w
+}
+
+func (w *writeChecker) connect(ctx context.Context) (*pgx.Conn, error) {
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	return pgx.Connect(ctx, w.connInfo)
+}
+
+func (w *writeChecker) run(ctx context.Context) {
+	defer close(w.done)
+	var conn *pgx.Conn
+	for id := int64(1); ; id++ {
+		select {
+		case <-w.stop:
+			if conn != nil {
+				_ = conn.Close(ctx)
+			}
+			return
+		default:
+		}
+		err := w.insert(ctx, &conn, id)
+		w.mu.Lock()
+		if err == nil {
+			now := time.Now()
+			if !w.lastAck.IsZero() {
+				w.longestGap = max(w.longestGap, now.Sub(w.lastAck))
+			}
+			w.acked, w.lastAck = append(w.acked, id), now
+		} else {
+			w.failed++
+		}
+		w.mu.Unlock()
+		if err != nil {
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+}
+
+func (w *writeChecker) insert(ctx context.Context, conn **pgx.Conn, id int64) error {
+	if *conn == nil {
+		c, err := w.connect(ctx)
+		if err != nil {
+			return err
+		}
+		*conn = c
+	}
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	if _, err := (*conn).Exec(ctx, "INSERT INTO write_checker VALUES ($1)", id); err != nil {
+		_ = (*conn).Close(context.Background())
+		*conn = nil
+		return err
+	}
+	return nil
+}
+
+// writeReport is what the checker saw.
+type writeReport struct {
+	Acknowledged, Failed, Lost int
+	LongestGap                 time.Duration
+}
+
+func (r writeReport) String() string {
+	return fmt.Sprintf("%d writes acknowledged, %d failed, %d acknowledged but lost; longest time without an acknowledged write %s",
+		r.Acknowledged, r.Failed, r.Lost, r.LongestGap.Round(100*time.Millisecond))
+}
+
+// stopAndVerify stops writing and counts the acknowledged rows missing from the primary.
+func (w *writeChecker) stopAndVerify(ctx context.Context) writeReport {
+	close(w.stop)
+	<-w.done
+	present := map[int64]bool{}
+	Eventually(func() error {
+		conn, err := w.connect(ctx)
+		if err != nil {
+			return err
+		}
+		defer func() { _ = conn.Close(ctx) }()
+		rows, err := conn.Query(ctx, "SELECT id FROM write_checker")
+		if err != nil {
+			return err
+		}
+		ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+		for _, id := range ids {
+			present[id] = true
+		}
+		return err
+	}).WithTimeout(time.Minute).Should(Succeed())
+	report := writeReport{Acknowledged: len(w.acked), Failed: w.failed, LongestGap: w.longestGap}
+	for _, id := range w.acked {
+		if !present[id] {
+			report.Lost++
+		}
+	}
+	return report
+}
