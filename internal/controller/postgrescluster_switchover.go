@@ -37,6 +37,14 @@ func (r *PostgresClusterReconciler) switchover(ctx context.Context, s *scope) (*
 			"%s is the primary on timeline %d; %s follows it", target, targetReport.Timeline, old)
 		return nil, nil // decidePrimary labels it
 	}
+	if s.switchoverLSN == "" && s.cluster.Annotations[pgv1.SwitchoverAnnotation] != target {
+		// Withdrawn before the primary was demoted: nothing changed yet, decidePrimary labels
+		// the primary again. After the demotion there is no way back but forward.
+		s.targetPrimary = ""
+		r.event(s.cluster, nil, corev1.EventTypeNormal, "SwitchoverCancelled", "Switchover",
+			"The switchover to %s was withdrawn before %s was demoted; %s stays the primary", target, old, old)
+		return nil, nil
+	}
 	if err := r.labelRoles(ctx, s, ""); err != nil {
 		return nil, err
 	}

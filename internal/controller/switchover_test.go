@@ -66,8 +66,22 @@ func TestSwitchoverSteps(t *testing.T) {
 		t.Errorf("role changes repeated: demoted %v, promoted %v", agents.demoted, agents.promoted)
 	}
 
-	cluster.Annotations[pgv1.SwitchoverAnnotation] = "db-7"
-	cluster.Status.CurrentPrimary = "db-1"
+	// Withdrawn before the demotion: cancelled, the primary stays.
+	cluster.Status.CurrentPrimary = "db-1" // as decidePrimary records it
+	cluster.Annotations[pgv1.SwitchoverAnnotation] = "db-0"
+	reconcile(map[string]*agentapi.Status{"db-0": demoted, "db-1": {Role: agentapi.RolePrimary, Timeline: 2}})
+	if cluster.Status.TargetPrimary != "db-0" {
+		t.Fatalf("a second switchover (back to db-0) did not start: target %q", cluster.Status.TargetPrimary)
+	}
+	delete(cluster.Annotations, pgv1.SwitchoverAnnotation)
+	if st := reconcile(map[string]*agentapi.Status{"db-0": demoted, "db-1": {Role: agentapi.RolePrimary, Timeline: 2}}); st != nil || cluster.Status.TargetPrimary != "" {
+		t.Fatalf("withdrawn before the demotion: %+v, target %q", st, cluster.Status.TargetPrimary)
+	}
+	if len(agents.demoted) != 1 {
+		t.Errorf("a withdrawn switchover demoted: %v", agents.demoted)
+	}
+
+	cluster.Annotations = map[string]string{pgv1.SwitchoverAnnotation: "db-7"}
 	if st := reconcile(map[string]*agentapi.Status{"db-0": demoted, "db-1": primary}); st == nil || st.reason != "SwitchoverTargetUnknown" || !st.failed {
 		t.Errorf("unknown target: %+v", st)
 	}
