@@ -81,11 +81,11 @@ func TestSwitchoverThroughTheAgents(t *testing.T) {
 			return fmt.Errorf("db-0 %+v", s)
 		}
 		follower := pgtest.Connect(t, oldPrimary.Instance, "app", credentials.AppPassword, "app")
-		return follower.QueryRow(ctx, "SELECT count(*) FROM t").Scan(&rows)
+		if err := follower.QueryRow(ctx, "SELECT count(*) FROM t").Scan(&rows); err != nil || rows != 101 {
+			return fmt.Errorf("old primary has %d rows (%v), want 101", rows, err)
+		}
+		return nil
 	})
-	if rows != 101 {
-		t.Errorf("old primary has %d rows, want 101", rows)
-	}
 	if _, err := client.Demote(ctx, endpoint(oldPrimary)); err == nil {
 		t.Error("a standby accepted a demotion")
 	}
