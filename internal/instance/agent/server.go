@@ -64,13 +64,11 @@ func NewHandler(checks Checks, token func() string) http.Handler {
 			http.Error(w, err.Error(), http.StatusServiceUnavailable)
 			return
 		}
-		w.Header().Set("Content-Type", "application/json")
-		_ = json.NewEncoder(w).Encode(status)
+		writeJSON(w, status)
 	})))
 	mux.Handle("POST "+agentapi.PathDropSlots, requireToken(token, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var req agentapi.DropSlotsRequest
-		if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 64<<10)).Decode(&req); err != nil {
-			http.Error(w, "bad request: "+err.Error(), http.StatusBadRequest)
+		if !decodeRequest(w, r, &req) {
 			return
 		}
 		ctx, cancel := context.WithTimeout(r.Context(), probeTimeout)
@@ -80,8 +78,7 @@ func NewHandler(checks Checks, token func() string) http.Handler {
 			http.Error(w, err.Error(), http.StatusServiceUnavailable)
 			return
 		}
-		w.Header().Set("Content-Type", "application/json")
-		_ = json.NewEncoder(w).Encode(agentapi.DropSlotsResponse{Dropped: dropped})
+		writeJSON(w, agentapi.DropSlotsResponse{Dropped: dropped})
 	})))
 	mux.Handle("POST "+agentapi.PathRestart, requireToken(token, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		// Asynchronous, so that the operator's reconcile never waits on a restart: it watches
@@ -108,4 +105,18 @@ func requireToken(token func() string, next http.Handler) http.Handler {
 		}
 		next.ServeHTTP(w, r)
 	})
+}
+
+// decodeRequest reads a JSON body of at most 64 KiB into into, answering 400 when it cannot.
+func decodeRequest(w http.ResponseWriter, r *http.Request, into any) bool {
+	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 64<<10)).Decode(into); err != nil {
+		http.Error(w, "bad request: "+err.Error(), http.StatusBadRequest)
+		return false
+	}
+	return true
+}
+
+func writeJSON(w http.ResponseWriter, answer any) {
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(answer)
 }

@@ -2,7 +2,6 @@ package agent
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"net/http"
 	"time"
@@ -17,8 +16,7 @@ const roleChangeTimeout = 110 * time.Second
 func handleRoleChanges(mux *http.ServeMux, checks Checks, token func() string) {
 	mux.Handle("POST "+agentapi.PathPromote, requireToken(token, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var req agentapi.PromoteRequest
-		if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 64<<10)).Decode(&req); err != nil {
-			http.Error(w, "bad request: "+err.Error(), http.StatusBadRequest)
+		if !decodeRequest(w, r, &req) {
 			return
 		}
 		ctx, cancel := context.WithTimeout(r.Context(), roleChangeTimeout)
@@ -41,7 +39,6 @@ func writeRoleChange(w http.ResponseWriter, answer any, err error) {
 	case err != nil:
 		http.Error(w, err.Error(), http.StatusInternalServerError)
 	default:
-		w.Header().Set("Content-Type", "application/json")
-		_ = json.NewEncoder(w).Encode(answer)
+		writeJSON(w, answer)
 	}
 }

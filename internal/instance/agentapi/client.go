@@ -51,12 +51,8 @@ func (h HTTPClient) DropSlots(ctx context.Context, e Endpoint, slots []string) (
 // Restart asks the agent to restart PostgreSQL in the background; ErrRestartInProgress when a
 // restart already runs.
 func (h HTTPClient) Restart(ctx context.Context, e Endpoint) error {
-	err := h.call(ctx, e, http.MethodPost, PathRestart, nil, http.StatusAccepted, nil)
-	if status, ok := err.(statusError); ok && status.code == http.StatusConflict {
-		return ErrRestartInProgress
-	}
-	if err != nil {
-		return fmt.Errorf("restart: %w", err)
+	if err := h.call(ctx, e, http.MethodPost, PathRestart, nil, http.StatusAccepted, nil); err != nil {
+		return fmt.Errorf("restart: %w", conflictAs(err, ErrRestartInProgress))
 	}
 	return nil
 }
