@@ -50,6 +50,16 @@ type PostgresClusterSpec struct {
 	// +optional
 	// +operator-sdk:csv:customresourcedefinitions:type=spec,displayName="Scheduling",xDescriptors={"urn:alm:descriptor:com.tectonic.ui:advanced"},order=7
 	Scheduling SchedulingSpec `json:"scheduling,omitempty"`
+
+	// How long the primary must stay failed (PostgreSQL down, pod not ready or gone, agent
+	// unreachable, fenced) before pgpilot fails over to the replica holding the most WAL.
+	// 0s fails over at once; a longer delay lets a primary that restarts quickly stay the
+	// primary, at the cost of a longer outage when it does not.
+	// +kubebuilder:default="0s"
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('0s') && duration(self) <= duration('1h')",message="failoverDelay must be between 0s and 1h"
+	// +optional
+	// +operator-sdk:csv:customresourcedefinitions:type=spec,displayName="Failover Delay",xDescriptors={"urn:alm:descriptor:com.tectonic.ui:text"},order=6
+	FailoverDelay *metav1.Duration `json:"failoverDelay,omitempty"`
 }
 
 // PVCReclaimPolicy says what happens to the instances' volume claims when the cluster is deleted.
@@ -203,7 +213,7 @@ const (
 )
 
 // Phase is a one-word summary of the cluster for `kubectl get`.
-// +kubebuilder:validation:Enum=Pending;Bootstrapping;Ready;Scaling;Degraded;SwitchingOver;Deleting
+// +kubebuilder:validation:Enum=Pending;Bootstrapping;Ready;Scaling;Degraded;SwitchingOver;FailingOver;Deleting
 type Phase string
 
 // Phases of a PostgresCluster.
@@ -215,7 +225,9 @@ const (
 	PhaseDegraded      Phase = "Degraded"
 	// PhaseSwitchingOver: a planned switchover moves the primary to status.targetPrimary.
 	PhaseSwitchingOver Phase = "SwitchingOver"
-	PhaseDeleting      Phase = "Deleting"
+	// PhaseFailingOver: the primary failed; pgpilot fences it and promotes status.targetPrimary.
+	PhaseFailingOver Phase = "FailingOver"
+	PhaseDeleting    Phase = "Deleting"
 )
 
 // PostgresClusterStatus is the observed state of a PostgresCluster.
@@ -247,10 +259,28 @@ type PostgresClusterStatus struct {
 	// +operator-sdk:csv:customresourcedefinitions:type=status,displayName="Current Primary",xDescriptors={"urn:alm:descriptor:io.kubernetes:Pod"},order=5
 	CurrentPrimary string `json:"currentPrimary,omitempty"`
 
-	// The instance a switchover is making the primary, while it runs; empty otherwise.
+	// When currentPrimary last changed.
+	// +optional
+	CurrentPrimaryTimestamp *metav1.Time `json:"currentPrimaryTimestamp,omitempty"`
+
+	// The WAL timeline of the current primary.
+	// +optional
+	Timeline int64 `json:"timeline,omitempty"`
+
+	// The instance a switchover or a failover is making the primary, while it runs; empty
+	// otherwise. The primary Lease (<name>-primary), which the agents obey, is granted to it
+	// only once the old primary is fenced.
 	// +optional
 	// +operator-sdk:csv:customresourcedefinitions:type=status,displayName="Target Primary",xDescriptors={"urn:alm:descriptor:io.kubernetes:Pod"},order=10
 	TargetPrimary string `json:"targetPrimary,omitempty"`
+
+	// When targetPrimary was set.
+	// +optional
+	TargetPrimaryTimestamp *metav1.Time `json:"targetPrimaryTimestamp,omitempty"`
+
+	// Why a running failover started (what failed); empty during a switchover.
+	// +optional
+	FailoverReason string `json:"failoverReason,omitempty"`
 
 	// Where the demoted primary's WAL ended during a switchover: the target is promoted only
 	// once it has replayed past it, so no acknowledged commit is lost.
@@ -321,6 +351,15 @@ type InstanceStatus struct {
 	// Why the agent could not be asked, when it could not.
 	// +optional
 	Error string `json:"error,omitempty"`
+
+	// Why the instance's PostgreSQL is held down (fenced), when it is.
+	// +optional
+	Fenced string `json:"fenced,omitempty"`
+
+	// When this former primary last rejoined as a standby (rewind or clone); its Event says
+	// what it had that the new primary never received.
+	// +optional
+	RejoinedAt string `json:"rejoinedAt,omitempty"`
 }
 
 // PostgresCluster is a highly available PostgreSQL cluster: a primary, streaming replicas,
@@ -333,6 +372,7 @@ type InstanceStatus struct {
 // +kubebuilder:printcolumn:name="Ready",type=integer,JSONPath=`.status.readyInstances`
 // +kubebuilder:printcolumn:name="Primary",type=string,JSONPath=`.status.currentPrimary`
 // +kubebuilder:printcolumn:name="Status",type=string,JSONPath=`.status.phase`
+// +kubebuilder:printcolumn:name="Timeline",type=integer,JSONPath=`.status.timeline`,priority=1
 // +kubebuilder:printcolumn:name="Operator",type=string,JSONPath=`.status.operatorVersion`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 // +kubebuilder:validation:XValidation:rule="self.metadata.name.size() <= 52",message="metadata.name may have at most 52 characters: the StatefulSet's pods carry a controller-revision-hash label of the name plus 11 characters, and label values are limited to 63"

@@ -77,7 +77,11 @@ func run(ctx context.Context, log logr.Logger) error {
 			return err
 		}
 	}
-	a := &agent.Agent{Config: cfg, Options: agent.DefaultOptions(), Instance: agent.NewInstance(cfg), Log: log}
+	leases, err := agent.NewKubeLeases(cfg.Namespace, agentapi.LeaseName(cfg.ClusterName))
+	if err != nil {
+		return fmt.Errorf("primary lease: %w", err)
+	}
+	a := &agent.Agent{Config: cfg, Options: agent.DefaultOptions(), Instance: agent.NewInstance(cfg), Leases: leases, Log: log}
 	return a.Run(ctx)
 }
 

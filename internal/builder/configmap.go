@@ -42,6 +42,12 @@ var defaultParameters = map[string]string{
 	"wal_keep_size":         "512MB",
 	"logging_collector":     "off",
 	"log_destination":       "stderr",
+	// Failover reads these (docs/high-availability.md): a standby replies every second even when
+	// idle, so that a primary cut off from the API server sees its peers, and both ends notice a
+	// broken replication connection within 10 s instead of a minute.
+	"wal_receiver_status_interval": "1s",
+	"wal_receiver_timeout":         "10s",
+	"wal_sender_timeout":           "10s",
 }
 
 // PostgresqlConf renders the complete postgresql.conf of every instance: pgpilot's managed

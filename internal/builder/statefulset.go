@@ -103,6 +103,9 @@ func buildPodTemplate(c *pgv1.PostgresCluster, images Images) (*corev1ac.PodTemp
 			WithSeccompProfile(corev1ac.SeccompProfile().WithType(corev1.SeccompProfileTypeRuntimeDefault))).
 		WithTerminationGracePeriodSeconds(60).
 		WithEnableServiceLinks(false).
+		// The agent reads and renews the primary Lease with this account's token (access.go).
+		WithServiceAccountName(InstanceAccessName(c)).
+		WithAutomountServiceAccountToken(true).
 		WithInitContainers(buildAgentInstaller(images.Agent)).
 		WithContainers(buildPostgresContainer(c, images.Postgres)).
 		WithVolumes(
@@ -156,7 +159,9 @@ func buildPostgresContainer(c *pgv1.PostgresCluster, image string) *corev1ac.Con
 		// connections"; liveness only asks whether the postmaster runs, so a busy server is
 		// never killed for being slow to answer.
 		WithStartupProbe(agentProbe(agentapi.PathStartup, 5, 720)).
-		WithReadinessProbe(agentProbe(agentapi.PathReadiness, 5, 3)).
+		// A primary that stops answering leaves the -rw Service and wakes the operator (a pod
+		// update) within 4 s: failover starts from here.
+		WithReadinessProbe(agentProbe(agentapi.PathReadiness, 2, 2)).
 		WithLivenessProbe(agentProbe(agentapi.PathLiveness, 10, 6)).
 		WithSecurityContext(restrictedContainer()).
 		WithVolumeMounts(
@@ -183,6 +188,7 @@ func buildPostgresContainer(c *pgv1.PostgresCluster, image string) *corev1ac.Con
 // from each pod itself.
 func AgentConfig(c *pgv1.PostgresCluster) agentapi.Config {
 	return agentapi.Config{
+		ClusterName:    c.Name,
 		InitialPrimary: InstancePodName(c, 0),
 		PrimaryHost:    ReadWriteServiceName(c),
 		DataDir:        PGDataPath,

@@ -18,6 +18,7 @@ type AgentClient interface {
 	Restart(ctx context.Context, e agentapi.Endpoint) error
 	Promote(ctx context.Context, e agentapi.Endpoint, slots []string) (*agentapi.PromoteResponse, error)
 	Demote(ctx context.Context, e agentapi.Endpoint) (*agentapi.DemoteResponse, error)
+	Fence(ctx context.Context, e agentapi.Endpoint) (*agentapi.Status, error)
 }
 
 // AgentAddress is where an instance pod's agent listens: its pod IP and the agent port.

@@ -16,8 +16,8 @@ type fakeAgents struct {
 	restarts []string
 	drops    map[string][]string
 	// promoted and demoted are the addresses asked to change role, in order.
-	promoted, demoted []string
-	promotedSlots     []string
+	promoted, demoted, fenced []string
+	promotedSlots             []string
 }
 
 func newFakeAgents() *fakeAgents {
@@ -53,6 +53,16 @@ func (f *fakeAgents) Demote(_ context.Context, e agentapi.Endpoint) (*agentapi.D
 	defer f.mu.Unlock()
 	f.demoted = append(f.demoted, e.Address)
 	return &agentapi.DemoteResponse{ShutdownLSN: "0/3000100", Clean: true}, nil
+}
+
+func (f *fakeAgents) Fence(_ context.Context, e agentapi.Endpoint) (*agentapi.Status, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if _, ok := f.reports[e.Address]; !ok {
+		return nil, fmt.Errorf("connection refused")
+	}
+	f.fenced = append(f.fenced, e.Address)
+	return &agentapi.Status{Fenced: true, FencedReason: "fenced by the operator"}, nil
 }
 
 func (f *fakeAgents) Restart(_ context.Context, e agentapi.Endpoint) error {

@@ -4,11 +4,13 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"sync"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/client-go/util/workqueue"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -62,6 +64,9 @@ type PostgresClusterReconciler struct {
 	// RefusalBackoff is how long a cluster whose children the API server refused for good holds
 	// back its writes; zero means defaultRefusalBackoff.
 	RefusalBackoff time.Duration
+
+	leaseOnce    sync.Once
+	leaseTracker *leaseTracker
 }
 
 func (r *PostgresClusterReconciler) notYet() ctrl.Result {
@@ -84,12 +89,16 @@ func (r *PostgresClusterReconciler) stages() []stage {
 	return []stage{
 		{"refusals", r.holdAfterRefusal},
 		{"secrets", r.ensureSecrets},
+		{"instanceaccess", r.ensureInstanceAccess},
+		{"lease", r.ensurePrimaryLease},
 		{"configmap", r.ensureConfigMap},
 		{"statefulset", r.ensureStatefulSet},
 		{"services", r.ensureServices},
 		{"poddisruptionbudget", r.ensurePodDisruptionBudget},
 		{"observe", r.observe},
 		{"switchover", r.switchover},
+		{"failover", r.failover},
+		{"rejoins", r.announceRejoins},
 		{"primary", r.decidePrimary},
 		{"credentials", r.announceRotation},
 		{"slots", r.dropRemovedSlots},
@@ -176,6 +185,9 @@ func (r *PostgresClusterReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Owns(&appsv1.StatefulSet{}).
 		Owns(&corev1.Service{}).
 		Owns(&policyv1.PodDisruptionBudget{}).
+		Owns(&corev1.ServiceAccount{}).
+		Owns(&rbacv1.Role{}).
+		Owns(&rbacv1.RoleBinding{}).
 		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(podToCluster)).
 		WithOptions(controller.Options{
 			MaxConcurrentReconciles: max(1, r.MaxConcurrentReconciles),

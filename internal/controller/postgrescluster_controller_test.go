@@ -94,8 +94,14 @@ var _ = Describe("PostgresCluster reconciler", func() {
 	It("heals drift: a scaled StatefulSet and a deleted Service", func() {
 		sts := &appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{Name: cluster.Name, Namespace: cluster.Namespace}}
 		Eventually(get).WithArguments(sts).Should(Succeed())
-		sts.Spec.Replicas = ptr.To(int32(1))
-		Expect(k8sClient.Update(ctx, sts, client.FieldOwner("kubectl-scale"))).To(Succeed())
+		// As kubectl scale does: read, change, write, again when the StatefulSet changed between.
+		Eventually(func() error {
+			if err := get(sts); err != nil {
+				return err
+			}
+			sts.Spec.Replicas = ptr.To(int32(1))
+			return k8sClient.Update(ctx, sts, client.FieldOwner("kubectl-scale"))
+		}).Should(Succeed())
 
 		rw := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: pgbuilder.ReadWriteServiceName(cluster), Namespace: cluster.Namespace}}
 		Eventually(get).WithArguments(rw).Should(Succeed())

@@ -15,6 +15,7 @@ import (
 // claims follow spec.storage.reclaimPolicy through the StatefulSet's retention policy. All that
 // is left is to stop re-creating children and to say so in the status.
 func (r *PostgresClusterReconciler) reconcileDelete(ctx context.Context, cluster *pgv1.PostgresCluster) (ctrl.Result, error) {
+	r.leases().forget(cluster.UID)
 	if cluster.Status.Phase == pgv1.PhaseDeleting {
 		return ctrl.Result{}, nil
 	}

@@ -16,10 +16,12 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	coordinationclient "k8s.io/client-go/kubernetes/typed/coordination/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	pgv1 "github.com/pgpilot/pgpilot-operator/api/v1alpha1"
 	pgbuilder "github.com/pgpilot/pgpilot-operator/internal/builder"
+	"github.com/pgpilot/pgpilot-operator/internal/instance/agent"
 	"github.com/pgpilot/pgpilot-operator/internal/instance/agentapi"
 	"github.com/pgpilot/pgpilot-operator/internal/instance/pgtest"
 	"github.com/pgpilot/pgpilot-operator/internal/instance/postgres"
@@ -36,16 +38,19 @@ var _ = Describe("Instances with real agents", func() {
 
 	// runInstance starts pod's agent and PostgreSQL, then marks the pod ready once the agent's
 	// readiness endpoint answers, as the kubelet's probe would.
-	runInstance := func(pod string, primaryPort int, initialPrimary string) *pgtest.RunningAgent {
+	runInstanceWith := func(pod string, primaryPort int, initialPrimary string, leases agent.LeaseStore) *pgtest.RunningAgent {
 		inst := pgtest.NewInstance(GinkgoT(), pod)
 		if primaryPort == 0 {
 			primaryPort = inst.Port
 		}
-		a := pgtest.StartAgent(GinkgoT(), agentConfig(cluster, pod, initialPrimary, primaryPort, inst), inst)
+		a := pgtest.StartAgent(GinkgoT(), agentConfig(cluster, pod, initialPrimary, primaryPort, inst), inst, leases)
 		agentAddresses.set(cluster.Namespace, pod, strings.TrimPrefix(a.URL, "http://"))
 		Eventually(func() error { return readyz(a) }, 90*time.Second).Should(Succeed())
 		markPodReady(cluster.Namespace, pod)
 		return a
+	}
+	runInstance := func(pod string, primaryPort int, initialPrimary string) *pgtest.RunningAgent {
+		return runInstanceWith(pod, primaryPort, initialPrimary, clusterLeases(cluster))
 	}
 
 	It("confirms the primary with its agent and becomes Ready once the replica streams", func() {
@@ -227,8 +232,9 @@ var _ = Describe("Instances with real agents", func() {
 		Eventually(func(g Gomega) {
 			g.Expect(fetch(cluster).Status.CurrentPrimary).To(Equal("db-0"))
 		}).Should(Succeed())
-		// A second, independent primary: its own initdb instead of a clone.
-		runInstance("db-1", 0, "db-1")
+		// A second, independent primary: its own initdb instead of a clone, obeying a Lease of its
+		// own (a rogue or misconfigured agent; pgpilot's agents share the cluster's).
+		runInstanceWith("db-1", 0, "db-1", pgtest.NewMemoryLeases("db-1"))
 		Eventually(func(g Gomega) {
 			degraded := condition(fetch(cluster), pgv1.ConditionDegraded)
 			g.Expect(degraded.Status).To(Equal(metav1.ConditionTrue))
@@ -246,7 +252,7 @@ var _ = Describe("Credentials rotation with real agents", func() {
 	It("announces a changed Secret, touches the pods, and the agents apply the new password", func() {
 		cluster := createCluster(newCluster(newNamespace(), func(c *pgv1.PostgresCluster) { c.Spec.Instances = 1 }))
 		inst := pgtest.NewInstance(GinkgoT(), "db-0")
-		a := pgtest.StartAgent(GinkgoT(), agentConfig(cluster, "db-0", "db-0", inst.Port, inst), inst)
+		a := pgtest.StartAgent(GinkgoT(), agentConfig(cluster, "db-0", "db-0", inst.Port, inst), inst, clusterLeases(cluster))
 		agentAddresses.set(cluster.Namespace, "db-0", strings.TrimPrefix(a.URL, "http://"))
 		Eventually(func() error { return readyz(a) }, 90*time.Second).Should(Succeed())
 		markPodReady(cluster.Namespace, "db-0")
@@ -305,6 +311,12 @@ func readyz(a *pgtest.RunningAgent) error {
 // the Secrets the operator generated for cluster.
 func agentConfig(cluster *pgv1.PostgresCluster, pod, initialPrimary string, primaryPort int, inst *postgres.Instance) agentapi.Config {
 	return pgtest.AgentConfig(GinkgoT(), inst, pod, initialPrimary, primaryPort, clusterCredentials(cluster))
+}
+
+// clusterLeases is the cluster's primary Lease in the test's API server, as the agents reach it.
+func clusterLeases(cluster *pgv1.PostgresCluster) *agent.KubeLeases {
+	return &agent.KubeLeases{Client: coordinationclient.NewForConfigOrDie(cp.Config), Namespace: cluster.Namespace,
+		Name: pgbuilder.PrimaryLeaseName(cluster)}
 }
 
 // clusterCredentials reads the credentials from cluster's Secrets.

@@ -71,10 +71,14 @@ type summary struct {
 	instancesStatus []pgv1.InstanceStatus
 	// credentialsVersions, once announced; nil keeps what the status has.
 	credentialsVersions map[string]string
-	// targetPrimary and switchoverLSN: a running switchover.
-	targetPrimary, switchoverLSN string
-	waiting                      *reasonMessage
-	failure                      *reasonMessage
+	// targetPrimary and switchoverLSN: a running switchover; with failoverReason, a failover.
+	targetPrimary, switchoverLSN, failoverReason string
+	// timeline is the primary's, 0 when its agent did not say.
+	timeline int64
+	// now stamps the primary and target changes.
+	now     metav1.Time
+	waiting *reasonMessage
+	failure *reasonMessage
 }
 
 func summarize(s *scope) summary {
@@ -85,8 +89,13 @@ func summarize(s *scope) summary {
 		waiting:    s.waiting,
 		failure:    s.failure,
 
-		targetPrimary: s.targetPrimary,
-		switchoverLSN: s.switchoverLSN,
+		targetPrimary:  s.targetPrimary,
+		switchoverLSN:  s.switchoverLSN,
+		failoverReason: s.failoverReason,
+		now:            metav1.Now(),
+	}
+	if report := s.observed.reports[sum.primary]; report != nil && report.Role == agentapi.RolePrimary {
+		sum.timeline = report.Timeline
 	}
 	// Before there is a primary, the instances are still being created: their agents' answers
 	// would only churn the status.
@@ -110,6 +119,10 @@ func instancesStatus(o *observed) []pgv1.InstanceStatus {
 		if own, ok := o.reports[st.Name]; ok {
 			st.Role, st.Timeline, st.Streaming = own.Role, own.Timeline, own.Streaming
 			st.PendingRestart = own.PendingRestart
+			st.Fenced = own.FencedReason
+			if own.Rejoined != nil {
+				st.RejoinedAt = own.Rejoined.At
+			}
 			st.LSN = own.CurrentLSN
 			if own.Role == agentapi.RoleReplica {
 				st.LSN = own.ReplayLSN
@@ -133,8 +146,21 @@ func instancesStatus(o *observed) []pgv1.InstanceStatus {
 func computeStatus(status *pgv1.PostgresClusterStatus, o summary) {
 	status.Instances = o.instances
 	status.ReadyInstances = o.readyInstances
-	status.CurrentPrimary = o.primary
-	status.TargetPrimary, status.SwitchoverLSN = o.targetPrimary, o.switchoverLSN
+	// A reconcile that stopped before deciding keeps the primary the status names: it is the
+	// record failover starts from.
+	if o.primary != "" && o.primary != status.CurrentPrimary {
+		status.CurrentPrimary, status.CurrentPrimaryTimestamp = o.primary, &o.now
+	}
+	if o.timeline != 0 {
+		status.Timeline = o.timeline
+	}
+	if o.targetPrimary != status.TargetPrimary {
+		status.TargetPrimaryTimestamp = nil
+		if o.targetPrimary != "" {
+			status.TargetPrimaryTimestamp = &o.now
+		}
+	}
+	status.TargetPrimary, status.SwitchoverLSN, status.FailoverReason = o.targetPrimary, o.switchoverLSN, o.failoverReason
 	status.OperatorVersion = o.operator
 	if o.instancesStatus != nil {
 		status.InstancesStatus = o.instancesStatus
@@ -209,6 +235,8 @@ func phase(o summary) pgv1.Phase {
 	switch {
 	case o.failure != nil:
 		return pgv1.PhaseDegraded
+	case o.targetPrimary != "" && o.failoverReason != "":
+		return pgv1.PhaseFailingOver
 	case o.targetPrimary != "":
 		return pgv1.PhaseSwitchingOver
 	case o.primary != "" && !o.primaryReady:

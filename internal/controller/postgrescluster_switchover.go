@@ -25,6 +25,9 @@ const switchoverStep = time.Second
 // goes into the status), wait until the target has replayed that far, promote the target,
 // and hand over to decidePrimary, which labels it. No acknowledged commit is lost.
 func (r *PostgresClusterReconciler) switchover(ctx context.Context, s *scope) (*stop, error) {
+	if s.failoverReason != "" {
+		return nil, nil // a failover runs
+	}
 	if s.targetPrimary == "" {
 		return r.startSwitchover(s)
 	}
@@ -57,6 +60,16 @@ func (r *PostgresClusterReconciler) switchover(ctx context.Context, s *scope) (*
 	pod := s.observed.pod(target)
 	if pod == nil {
 		return switchingOver(fmt.Sprintf("waiting for the pod of %s", target)), nil
+	}
+	// The old primary shut down and runs as a standby: it no longer renews the Lease.
+	lease, err := r.readPrimaryLease(ctx, s)
+	if err != nil {
+		return nil, err
+	}
+	if leaseHolder(lease) != target {
+		if err := r.grantPrimaryLease(ctx, lease, target); err != nil {
+			return nil, err
+		}
 	}
 	promoted, err := r.agents().Promote(ctx, r.endpoint(s, pod), followerSlots(s, target))
 	if err != nil {

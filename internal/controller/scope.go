@@ -26,8 +26,8 @@ type scope struct {
 	// primary is the instance decided to be primary, "" before there is one.
 	primary string
 	// targetPrimary and switchoverLSN are a running switchover's state, as the status has it
-	// and the switchover stage moves it on.
-	targetPrimary, switchoverLSN string
+	// and the switchover stage moves it on; with failoverReason, a failover's.
+	targetPrimary, switchoverLSN, failoverReason string
 	// waiting says why the cluster is not there yet (condition reason and message).
 	waiting *reasonMessage
 	// failure says why the cluster cannot proceed: bad input or an error.
@@ -55,7 +55,8 @@ type reasonMessage struct {
 
 func newScope(cluster *pgv1.PostgresCluster) *scope {
 	return &scope{cluster: cluster, original: cluster.DeepCopy(), observed: &observed{},
-		targetPrimary: cluster.Status.TargetPrimary, switchoverLSN: cluster.Status.SwitchoverLSN}
+		targetPrimary: cluster.Status.TargetPrimary, switchoverLSN: cluster.Status.SwitchoverLSN,
+		failoverReason: cluster.Status.FailoverReason}
 }
 
 // pod is the instance pod named name, or nil.

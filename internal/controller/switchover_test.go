@@ -6,19 +6,30 @@ import (
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	pgv1 "github.com/pgpilot/pgpilot-operator/api/v1alpha1"
 	pgbuilder "github.com/pgpilot/pgpilot-operator/internal/builder"
 	"github.com/pgpilot/pgpilot-operator/internal/instance/agentapi"
 )
 
+// The lease is granted before the promotion.
+func leaseHolderIn(t *testing.T, c client.Reader, cluster *pgv1.PostgresCluster) string {
+	t.Helper()
+	lease := &coordinationv1.Lease{}
+	if err := c.Get(context.Background(), client.ObjectKey{Namespace: cluster.Namespace, Name: pgbuilder.PrimaryLeaseName(cluster)}, lease); err != nil {
+		t.Fatal(err)
+	}
+	return leaseHolder(lease)
+}
+
 // A switchover moves on one step per reconcile, from what was observed and what the status
 // recorded. The pods carry no primary label here, as after the fence, so no API write is due.
 func TestSwitchoverSteps(t *testing.T) {
-	agents := newFakeAgents()
-	r := &PostgresClusterReconciler{Agents: agents, AgentAddress: func(p *corev1.Pod) string { return p.Name }}
 	cluster := testCluster(2)
+	r, agents, leases := reconcilerWithLease(cluster)
 	cluster.Annotations = map[string]string{pgv1.SwitchoverAnnotation: "db-1"}
 	cluster.Status.CurrentPrimary = "db-0"
 	pods := []corev1.Pod{testPod("db-0", pgbuilder.RoleReplica, true), testPod("db-1", pgbuilder.RoleReplica, true)}
@@ -55,7 +66,13 @@ func TestSwitchoverSteps(t *testing.T) {
 	if len(agents.promoted) != 0 {
 		t.Fatalf("promoted %v before the target replayed the old primary's last WAL", agents.promoted)
 	}
+	if holder := leaseHolderIn(t, leases, cluster); holder != "db-0" {
+		t.Fatalf("lease granted to %q before the target caught up", holder)
+	}
 	reconcile(map[string]*agentapi.Status{"db-0": demoted, "db-1": replica("0/3000108")})
+	if holder := leaseHolderIn(t, leases, cluster); holder != "db-1" {
+		t.Fatalf("promoted while the lease names %q", holder)
+	}
 	if !slices.Equal(agents.promoted, []string{"db-1"}) || !slices.Equal(agents.promotedSlots, []string{"db_0"}) {
 		t.Fatalf("promote: %v with slots %v", agents.promoted, agents.promotedSlots)
 	}

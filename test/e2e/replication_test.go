@@ -112,6 +112,8 @@ var _ = Describe("Streaming replication", Ordered, func() {
 		expectReplication(ctx, cluster, current.Spec.Instances)
 	})
 
+	failoverSpecs(&cluster)
+
 	It("applies a parameter change and reports it", func(ctx SpecContext) {
 		Expect(retry.RetryOnConflict(retry.DefaultRetry, func() error {
 			current := &pgv1.PostgresCluster{}

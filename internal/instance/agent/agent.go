@@ -75,6 +75,19 @@ type Agent struct {
 	Log      logr.Logger
 	// restartMu makes restarts one at a time.
 	restartMu sync.Mutex
+	// Leases reads and renews the cluster's primary Lease (fencing.go).
+	Leases LeaseStore
+	// stateMu guards the fencing state: the fence, the Lease last seen, when it was last
+	// renewed (the start of that renewal) and tried, when a standby last replied, the last
+	// rejoin.
+	stateMu      sync.Mutex
+	fence        *fence
+	lease        Lease
+	renewedAt    time.Time
+	renewAttempt time.Time
+	peerSeenAt   time.Time
+	peerReplies  map[string]string
+	rejoined     *agentapi.Rejoin
 	// latest are the credentials last read (credsMu: the API reads the token); applied, those
 	// PostgreSQL was last given (the supervisor loop only).
 	credsMu sync.Mutex
@@ -82,56 +95,75 @@ type Agent struct {
 	applied *agentapi.Credentials
 }
 
-// Run bootstraps the instance if its data directory is empty, starts PostgreSQL, serves the
-// API and applies configuration changes until ctx ends, then shuts PostgreSQL down in order.
-// It returns an error when PostgreSQL stops on its own, so that the container restarts.
+// Run bootstraps the instance if its data directory is empty, serves the API, starts
+// PostgreSQL in the role the primary Lease allows (fencing.go), and supervises it until ctx ends;
+// then it shuts PostgreSQL down in order and, on the primary, releases the Lease. It returns
+// an error when a standby's PostgreSQL stops on its own, so that the container restarts; a
+// primary's is fenced instead, for the operator to fail over.
 func (a *Agent) Run(ctx context.Context) error {
 	if _, err := a.readCredentials(); err != nil {
 		return err
 	}
-	if !a.Instance.Initialised() {
-		if err := a.bootstrap(ctx); err != nil {
-			return fmt.Errorf("bootstrap: %w", err)
-		}
-	}
-	if err := a.Instance.Start(); err != nil {
+	lease, err := a.readLease(ctx)
+	if err != nil {
 		return err
 	}
-	if a.isPrimary() {
-		if err := a.ensureRoles(ctx); err != nil {
-			_ = a.Instance.Stop(a.Options.ShutdownGrace)
-			return err
+	if !a.Instance.Initialised() {
+		if err := a.bootstrap(ctx, lease); err != nil {
+			return fmt.Errorf("bootstrap: %w", err)
 		}
 	}
 	address := cmp.Or(a.Options.ListenAddress, a.Config.ListenAddress())
 	server := &http.Server{Handler: NewHandler(a, a.token), ReadHeaderTimeout: 5 * time.Second}
 	listener, err := net.Listen("tcp", address)
 	if err != nil {
-		_ = a.Instance.Stop(a.Options.ShutdownGrace)
 		return fmt.Errorf("listen %s: %w", address, err)
 	}
 	go func() { _ = server.Serve(listener) }()
 	defer func() { _ = server.Close() }()
-	a.Log.Info("postgres started", "primary", a.isPrimary(), "api", listener.Addr().String())
+	if err := a.startAsLeaseSays(ctx, lease); err != nil {
+		_ = a.Instance.Stop(a.Options.ShutdownGrace)
+		return err
+	}
+	a.Log.Info("agent started", "primary", a.Instance.Running() && a.isPrimary(), "fenced", a.fenced() != nil,
+		"api", listener.Addr().String())
+	return a.supervise(ctx)
+}
 
-	ticker := time.NewTicker(a.Options.ConfigInterval)
+// supervise reacts to PostgreSQL exiting, and every tick keeps the Lease, resolves a fence and
+// applies configuration and credential changes.
+func (a *Agent) supervise(ctx context.Context) error {
+	ticker := time.NewTicker(time.Second)
 	defer ticker.Stop()
-	lastConfig := a.configHash()
+	lastConfig, lastConfigCheck := a.configHash(), time.Now()
 	for {
+		var exited <-chan struct{}
+		if a.fenced() == nil {
+			exited = a.Instance.Exited() // nil before the first start: never ready
+		}
 		select {
 		case <-ctx.Done():
-			a.Log.Info("stopping postgres", "grace", a.Options.ShutdownGrace)
-			return a.Instance.Stop(a.Options.ShutdownGrace)
-		case <-a.Instance.Exited():
-			// A restart the operator asked for holds restartMu until the new postmaster runs.
+			return a.shutdown()
+		case <-exited:
+			// A restart, role change or fence holds restartMu until it is done.
 			a.restartMu.Lock()
-			running := a.Instance.Running()
+			running, wasPrimary := a.Instance.Running(), !a.Instance.IsStandby()
 			a.restartMu.Unlock()
-			if running {
+			if running || a.fenced() != nil {
 				continue
 			}
-			return fmt.Errorf("postgres exited: %v", a.Instance.ExitErr())
-		case <-ticker.C:
+			if !wasPrimary {
+				return fmt.Errorf("postgres exited: %v", a.Instance.ExitErr())
+			}
+			// Not restarted here: the operator may be failing over already.
+			a.logFenceErr(a.fenceNow(fmt.Sprintf("postgres exited: %v", a.Instance.ExitErr()), a.currentLease().Transitions))
+		case now := <-ticker.C:
+			a.keepLease(ctx, now)
+			a.resolveFence(ctx)
+			if now.Sub(lastConfigCheck) < a.Options.ConfigInterval || !a.Instance.Running() {
+				continue
+			}
+			lastConfigCheck = now
 			a.syncCredentials(ctx)
 			if hash := a.configHash(); hash != lastConfig {
 				a.Log.Info("configuration changed, reloading")
@@ -145,10 +177,27 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 }
 
-// bootstrap creates the data directory: initdb on the initial primary, a clone of the primary
-// everywhere else (retried until the primary answers).
-func (a *Agent) bootstrap(ctx context.Context) error {
-	if a.Config.PodName == a.Config.InitialPrimary {
+// shutdown stops PostgreSQL (fast: sessions end, standbys receive every WAL record) and, on
+// the primary, gives the Lease up so that a standby is promoted without waiting for it to
+// expire.
+func (a *Agent) shutdown() error {
+	a.restartMu.Lock()
+	defer a.restartMu.Unlock()
+	wasPrimary := a.fenced() == nil && a.Instance.Running() && a.isPrimary()
+	a.Log.Info("stopping postgres", "grace", a.Options.ShutdownGrace)
+	err := a.Instance.Stop(a.Options.ShutdownGrace)
+	if wasPrimary && err == nil {
+		a.releaseLease()
+	}
+	return err
+}
+
+// bootstrap creates the data directory: initdb on the initial primary of a new cluster (the
+// Lease names it and was never granted since), a clone of the primary everywhere else (retried
+// until the primary answers). An initial primary whose volume was lost after the cluster had
+// data clones too, instead of starting an empty database.
+func (a *Agent) bootstrap(ctx context.Context, l Lease) error {
+	if a.Config.PodName == a.Config.InitialPrimary && l.Holder == a.Config.PodName && l.Transitions == 0 {
 		a.Log.Info("initialising a new cluster")
 		return a.Instance.InitDB(ctx, a.credentials().SuperuserPassword)
 	}
@@ -216,8 +265,9 @@ func (a *Agent) configHash() [32]byte {
 	return sum
 }
 
-// Alive, Ready and Status answer the API (Checks).
-func (a *Agent) Alive() bool { return a.Instance.Running() }
+// Alive, Ready and Status answer the API (Checks). A fenced instance is alive: its
+// PostgreSQL is down on purpose, and a container restart would change nothing.
+func (a *Agent) Alive() bool { return a.Instance.Running() || a.fenced() != nil }
 
 func (a *Agent) Ready(ctx context.Context) error {
 	conn, err := a.connect(ctx)
@@ -229,12 +279,20 @@ func (a *Agent) Ready(ctx context.Context) error {
 }
 
 func (a *Agent) Status(ctx context.Context) (*agentapi.Status, error) {
+	if status := a.fencedStatus(); status != nil {
+		return status, nil
+	}
 	conn, err := a.connect(ctx)
 	if err != nil {
 		return nil, err
 	}
 	defer func() { _ = conn.Close(context.Background()) }()
-	return postgres.QueryStatus(ctx, conn)
+	status, err := postgres.QueryStatus(ctx, conn)
+	if err != nil {
+		return nil, err
+	}
+	status.Rejoined, status.LeaseTransitions = a.lastRejoin(), a.currentLease().Transitions
+	return status, nil
 }
 
 // StartRestart restarts PostgreSQL in the background so that settings pending a restart take

@@ -57,12 +57,13 @@ func status(r *pgtest.RunningAgent) (*agentapi.Status, error) {
 }
 
 func TestAgentsBootstrapReplicateReloadAndReport(t *testing.T) {
+	leases := pgtest.NewMemoryLeases("db-0")
 	ctx := context.Background()
 	primaryInst, standbyInst := pgtest.NewInstance(t, "db-0"), pgtest.NewInstance(t, "db-1")
 	// Both start at once: the standby keeps retrying its clone until the primary is up and
 	// has created the replication role.
-	primary := pgtest.StartAgent(t, agentConfig(t, "db-0", primaryInst, primaryInst.Port), primaryInst)
-	standby := pgtest.StartAgent(t, agentConfig(t, "db-1", standbyInst, primaryInst.Port), standbyInst)
+	primary := pgtest.StartAgent(t, agentConfig(t, "db-0", primaryInst, primaryInst.Port), primaryInst, leases)
+	standby := pgtest.StartAgent(t, agentConfig(t, "db-1", standbyInst, primaryInst.Port), standbyInst, leases)
 
 	for _, r := range []*pgtest.RunningAgent{primary, standby} {
 		pgtest.Eventually(t, "agent ready at "+r.URL, func() error {

@@ -39,6 +39,12 @@ func (c *checks) Demote(context.Context) (*agentapi.DemoteResponse, error) {
 	}
 	return &agentapi.DemoteResponse{ShutdownLSN: "0/3000100", Clean: true}, nil
 }
+func (c *checks) Fence(context.Context) (*agentapi.Status, error) {
+	if c.status.Role != agentapi.RolePrimary {
+		return nil, agentapi.ErrWrongRole
+	}
+	return &agentapi.Status{Fenced: true, FencedReason: "fenced by the operator", LeaseTransitions: 4}, nil
+}
 func (c *checks) DropInactiveSlots(_ context.Context, names []string) ([]string, error) {
 	c.dropped = names
 	return names[:1], nil
@@ -82,6 +88,9 @@ func TestClientAndServerAgree(t *testing.T) {
 	}
 	if _, err := client.Promote(ctx, endpoint, nil); !errors.Is(err, agentapi.ErrWrongRole) {
 		t.Errorf("promote of a primary: %v, want ErrWrongRole", err)
+	}
+	if fenced, err := client.Fence(ctx, endpoint); err != nil || !fenced.Fenced || fenced.LeaseTransitions != 4 {
+		t.Errorf("fence: %+v, %v", fenced, err)
 	}
 	wrong := agentapi.Endpoint{Address: endpoint.Address, Token: "not-" + token}
 	if _, err := client.Status(ctx, wrong); err == nil || !strings.Contains(err.Error(), "401") {

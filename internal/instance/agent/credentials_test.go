@@ -16,12 +16,13 @@ import (
 // Secrets are the truth for role passwords: new credential files (what the kubelet writes
 // when a Secret changes) reach PostgreSQL without a restart, on the primary and the standby.
 func TestCredentialsRotateWithoutRestart(t *testing.T) {
+	leases := pgtest.NewMemoryLeases("db-0")
 	ctx := context.Background()
 	primaryInst, standbyInst := pgtest.NewInstance(t, "db-0"), pgtest.NewInstance(t, "db-1")
 	primaryCfg := agentConfig(t, "db-0", primaryInst, primaryInst.Port)
 	standbyCfg := agentConfig(t, "db-1", standbyInst, primaryInst.Port)
-	primary := pgtest.StartAgent(t, primaryCfg, primaryInst)
-	standby := pgtest.StartAgent(t, standbyCfg, standbyInst)
+	primary := pgtest.StartAgent(t, primaryCfg, primaryInst, leases)
+	standby := pgtest.StartAgent(t, standbyCfg, standbyInst, leases)
 	streaming := func() error {
 		s, err := status(standby)
 		if err == nil && !s.Streaming {

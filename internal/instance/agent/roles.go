@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/pgpilot/pgpilot-operator/internal/instance/agentapi"
 	"github.com/pgpilot/pgpilot-operator/internal/instance/postgres"
@@ -22,6 +23,18 @@ func (a *Agent) Promote(ctx context.Context, slots []string) (*agentapi.PromoteR
 	defer a.restartMu.Unlock()
 	if a.isPrimary() {
 		return nil, fmt.Errorf("%w: already a primary", agentapi.ErrWrongRole)
+	}
+	// The operator grants the Lease before it promotes; an order without it is stale.
+	lease, err := a.Leases.Get(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("read the primary lease: %w", err)
+	}
+	if lease.Holder != a.Config.PodName {
+		return nil, fmt.Errorf("%w: the primary lease names %q", agentapi.ErrWrongRole, lease.Holder)
+	}
+	a.setLease(lease, time.Time{})
+	if _, err := a.renew(ctx); err != nil {
+		return nil, fmt.Errorf("renew the primary lease: %w", err)
 	}
 	a.Log.Info("promoting to primary", "slots", slots)
 	if err := a.Instance.Promote(ctx); err != nil {

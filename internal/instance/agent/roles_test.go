@@ -15,6 +15,7 @@ import (
 // replay past the shutdown checkpoint, promote it, move the Service. No acknowledged commit is
 // lost, and the old primary follows the new one on the next timeline.
 func TestSwitchoverThroughTheAgents(t *testing.T) {
+	leases := pgtest.NewMemoryLeases("db-0")
 	ctx := context.Background()
 	rw := pgtest.NewServiceProxy(t)
 	instances := map[string]*pgtest.RunningAgent{}
@@ -23,7 +24,7 @@ func TestSwitchoverThroughTheAgents(t *testing.T) {
 		if pod == "db-0" {
 			rw.SetTarget(inst.Port)
 		}
-		instances[pod] = pgtest.StartAgent(t, agentConfig(t, pod, inst, rw.Port), inst)
+		instances[pod] = pgtest.StartAgent(t, agentConfig(t, pod, inst, rw.Port), inst, leases)
 	}
 	oldPrimary, target := instances["db-0"], instances["db-1"]
 	client := agentapi.HTTPClient{}
@@ -58,6 +59,10 @@ func TestSwitchoverThroughTheAgents(t *testing.T) {
 		}
 		return err
 	})
+	if _, err := client.Promote(ctx, endpoint(target), nil); err == nil {
+		t.Fatal("promoted without the primary lease")
+	}
+	leases.Grant("db-1")
 	promoted, err := client.Promote(ctx, endpoint(target), []string{agentapi.SlotName("db-0")})
 	if err != nil || promoted.Timeline != 2 {
 		t.Fatalf("promote: %+v, %v", promoted, err)

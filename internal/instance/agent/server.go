@@ -32,6 +32,8 @@ type Checks interface {
 	// Promote and Demote change the instance's role (roles.go).
 	Promote(ctx context.Context, slots []string) (*agentapi.PromoteResponse, error)
 	Demote(ctx context.Context) (*agentapi.DemoteResponse, error)
+	// Fence stops a primary at once and holds it down until the Lease is granted again.
+	Fence(ctx context.Context) (*agentapi.Status, error)
 }
 
 // NewHandler serves the probes without authentication (the kubelet calls them) and the status

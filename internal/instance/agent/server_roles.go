@@ -30,6 +30,12 @@ func handleRoleChanges(mux *http.ServeMux, checks Checks, token func() string) {
 		answer, err := checks.Demote(ctx)
 		writeRoleChange(w, answer, err)
 	})))
+	mux.Handle("POST "+agentapi.PathFence, requireToken(token, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), roleChangeTimeout)
+		defer cancel()
+		answer, err := checks.Fence(ctx)
+		writeRoleChange(w, answer, err)
+	})))
 }
 
 func writeRoleChange(w http.ResponseWriter, answer any, err error) {

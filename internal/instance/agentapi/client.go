@@ -81,6 +81,17 @@ func (h HTTPClient) Demote(ctx context.Context, e Endpoint) (*DemoteResponse, er
 	return answer, nil
 }
 
+// Fence stops the instance's PostgreSQL at once and keeps it stopped until the primary Lease
+// is granted again.
+func (h HTTPClient) Fence(ctx context.Context, e Endpoint) (*Status, error) {
+	answer := &Status{}
+	long := HTTPClient{Timeout: max(h.Timeout, roleChangeTimeout)}
+	if err := long.call(ctx, e, http.MethodPost, PathFence, nil, http.StatusOK, answer); err != nil {
+		return nil, fmt.Errorf("fence: %w", err)
+	}
+	return answer, nil
+}
+
 // conflictAs names a 409 answer by the error the agent meant.
 func conflictAs(err, conflict error) error {
 	if status, ok := err.(statusError); ok && status.code == http.StatusConflict {

@@ -32,7 +32,12 @@ const (
 type Config struct {
 	// PodName is the instance: the pod's own name.
 	PodName string
-	// InitialPrimary is the pod that runs initdb when the cluster is new; the others clone.
+	// Namespace is the pod's namespace; ClusterName its cluster, whose primary Lease
+	// (LeaseName) says whether this instance may be a primary.
+	Namespace   string
+	ClusterName string
+	// InitialPrimary is the pod that runs initdb when the cluster is new (the Lease names it
+	// and was never granted again); the others clone.
 	InitialPrimary string
 	// PrimaryHost is where standbys clone and stream from (the -rw Service).
 	PrimaryHost string
@@ -89,6 +94,8 @@ type variable struct {
 var variables = []variable{
 	{name: "PGDATA", required: true, field: text(func(c *Config) *string { return &c.DataDir })},
 	{name: "PGPILOT_POD_NAME", required: true, fieldPath: "metadata.name", field: text(func(c *Config) *string { return &c.PodName })},
+	{name: "PGPILOT_NAMESPACE", required: true, fieldPath: "metadata.namespace", field: text(func(c *Config) *string { return &c.Namespace })},
+	{name: "PGPILOT_CLUSTER", required: true, field: text(func(c *Config) *string { return &c.ClusterName })},
 	{name: "PGPILOT_INITIAL_PRIMARY", required: true, field: text(func(c *Config) *string { return &c.InitialPrimary })},
 	{name: "PGPILOT_PRIMARY_HOST", required: true, field: text(func(c *Config) *string { return &c.PrimaryHost })},
 	{name: "PGPILOT_CONFIG_DIR", required: true, field: text(func(c *Config) *string { return &c.ConfigDir })},

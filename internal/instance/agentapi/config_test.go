@@ -8,14 +8,14 @@ import (
 
 func fullConfig() Config {
 	return Config{
-		PodName: "db-1", InitialPrimary: "db-0", PrimaryHost: "db-rw",
+		PodName: "db-1", Namespace: "shop", ClusterName: "db", InitialPrimary: "db-0", PrimaryHost: "db-rw",
 		DataDir: "/var/lib/postgresql/data/pgdata", ConfigDir: "/etc/pgpilot", SocketDir: "/var/run/postgresql",
 		PostgresPort: 5433, AgentPort: 8001, AppDatabase: "app", ReplicationUser: "repl", BinDir: "/usr/lib/postgresql/15/bin",
 		CredentialsDir: "/pgpilot/credentials",
 	}
 }
 
-// resolve plays the kubelet: literal values and the pod's name.
+// resolve plays the kubelet: literal values and the pod's name and namespace ("shop").
 func resolve(t *testing.T, env []EnvVar, pod string) func(string) (string, bool) {
 	t.Helper()
 	values := map[string]string{}
@@ -26,6 +26,8 @@ func resolve(t *testing.T, env []EnvVar, pod string) func(string) (string, bool)
 		switch {
 		case e.FieldPath == "metadata.name":
 			values[e.Name] = pod
+		case e.FieldPath == "metadata.namespace":
+			values[e.Name] = "shop"
 		case e.FieldPath != "":
 			t.Fatalf("%s: unexpected field path %s", e.Name, e.FieldPath)
 		default:

@@ -24,6 +24,11 @@ const (
 	// PathDemote shuts a primary down cleanly and starts it again as a standby of the
 	// primary host (the -rw Service): DemoteResponse; 409 when it is not a primary or busy.
 	PathDemote = "/v1/demote"
+	// PathFence stops a primary's PostgreSQL at once (an immediate shutdown: no session
+	// commits anything more) and keeps it stopped until the primary Lease is granted again:
+	// to this instance, which then starts as the primary, or to another, which it then follows.
+	// It answers a Status once PostgreSQL is down.
+	PathFence = "/v1/fence"
 )
 
 // PromoteRequest names the physical replication slots the new primary creates, one for each
@@ -62,8 +67,16 @@ const (
 
 // Status is what an instance reports about itself (PathStatus).
 type Status struct {
-	// Role is RolePrimary or RoleReplica (in recovery).
+	// Role is RolePrimary or RoleReplica (in recovery); empty while Fenced.
 	Role string `json:"role"`
+	// Fenced: PostgreSQL is stopped and stays stopped until the primary Lease is granted
+	// again; FencedReason says why (lost Lease, crash, the operator's order, shutdown).
+	Fenced       bool   `json:"fenced,omitempty"`
+	FencedReason string `json:"fencedReason,omitempty"`
+	// Rejoined is the last time this instance, a former primary, became a standby of a new one.
+	Rejoined *Rejoin `json:"rejoined,omitempty"`
+	// LeaseTransitions is the primary Lease's count of grants as the agent last saw it.
+	LeaseTransitions int32 `json:"leaseTransitions,omitempty"`
 	// Timeline of the WAL the server is on.
 	Timeline int64 `json:"timeline"`
 	// CurrentLSN is the primary's current WAL write position.
@@ -79,6 +92,24 @@ type Status struct {
 	Replicas []ReplicaStatus `json:"replicas,omitempty"`
 	// Slots are the physical replication slots, which keep WAL for their standbys.
 	Slots []SlotStatus `json:"slots,omitempty"`
+}
+
+// How a former primary rejoined.
+const (
+	RejoinRewind = "rewind"
+	RejoinClone  = "clone"
+)
+
+// Rejoin is how a former primary became a standby of the new one, and what it had that the new
+// primary never received: its WAL from DivergedAt on (a rewind), or everything after the
+// new primary's fork (a clone, after the rewind failed with Error).
+type Rejoin struct {
+	Method        string `json:"method"`
+	At            string `json:"at"`
+	DivergedAt    string `json:"divergedAt,omitempty"`
+	OldTimeline   string `json:"oldTimeline,omitempty"`
+	OldCheckpoint string `json:"oldCheckpoint,omitempty"`
+	Error         string `json:"error,omitempty"`
 }
 
 // SlotStatus is one physical replication slot.

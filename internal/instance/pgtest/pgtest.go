@@ -203,7 +203,7 @@ func (r *RunningAgent) Stop() error {
 func AgentConfig(t TB, inst *postgres.Instance, pod, initialPrimary string, primaryPort int, creds agentapi.Credentials) agentapi.Config {
 	t.Helper()
 	cfg := agentapi.Config{
-		PodName: pod, InitialPrimary: initialPrimary, PrimaryHost: "127.0.0.1", PostgresPort: primaryPort,
+		PodName: pod, Namespace: "default", ClusterName: "db", InitialPrimary: initialPrimary, PrimaryHost: "127.0.0.1", PostgresPort: primaryPort,
 		DataDir: inst.DataDir, ConfigDir: filepath.Dir(inst.ConfigFile), SocketDir: inst.SocketDir,
 		BinDir: inst.BinDir, AppDatabase: "app", CredentialsDir: filepath.Join(filepath.Dir(inst.ConfigFile), "credentials"),
 	}.WithDefaults()
@@ -225,11 +225,11 @@ func SetCredentials(t TB, cfg agentapi.Config, creds agentapi.Credentials) {
 
 // StartAgent runs an agent for cfg over inst, as the container would, listening on a free
 // loopback port and with short intervals. It is stopped when the test ends.
-func StartAgent(t TB, cfg agentapi.Config, inst *postgres.Instance) *RunningAgent {
+func StartAgent(t TB, cfg agentapi.Config, inst *postgres.Instance, leases agent.LeaseStore) *RunningAgent {
 	t.Helper()
 	options := agent.Options{ListenAddress: fmt.Sprintf("127.0.0.1:%d", FreePort(t)),
 		ShutdownGrace: 10 * time.Second, ConfigInterval: 200 * time.Millisecond, CloneRetry: 200 * time.Millisecond}
-	a := &agent.Agent{Instance: inst, Config: cfg, Options: options, Log: funcr.New(func(prefix, args string) {
+	a := &agent.Agent{Instance: inst, Config: cfg, Options: options, Leases: leases, Log: funcr.New(func(prefix, args string) {
 		t.Logf("[agent %s] %s %s", cfg.PodName, prefix, args)
 	}, funcr.Options{})}
 	ctx, cancel := context.WithCancel(context.Background())

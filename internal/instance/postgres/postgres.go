@@ -207,6 +207,23 @@ func (i *Instance) Stop(grace time.Duration) error {
 	}
 }
 
+// StopImmediately stops the server at once (SIGQUIT): every session ends without committing
+// anything more, and the next start runs crash recovery. This is how a primary is fenced.
+func (i *Instance) StopImmediately() error {
+	if !i.Running() {
+		return nil
+	}
+	_ = i.postmaster.Process.Signal(syscall.SIGQUIT)
+	select {
+	case <-i.exited:
+		return nil
+	case <-time.After(10 * time.Second):
+		_ = i.postmaster.Process.Kill()
+		<-i.exited
+		return errors.New("postgres did not stop on SIGQUIT; killed")
+	}
+}
+
 // Restart stops the server (fast, then immediate after grace) and starts it again, for
 // settings that only take effect at start.
 func (i *Instance) Restart(grace time.Duration) error {

@@ -104,3 +104,23 @@ func EnsureSlots(ctx context.Context, conn *pgx.Conn, names []string) error {
 	}
 	return nil
 }
+
+// StandbyReplies is, for every standby streaming from this primary, when it last replied by
+// its own clock (pg_stat_replication.reply_time). The agent compares successive answers, not
+// clocks: a value that changed is a reply that arrived since.
+func StandbyReplies(ctx context.Context, conn *pgx.Conn) (map[string]string, error) {
+	rows, err := conn.Query(ctx, `SELECT application_name, COALESCE(reply_time::text, '')
+		FROM pg_stat_replication WHERE state = 'streaming'`)
+	if err != nil {
+		return nil, fmt.Errorf("query standby replies: %w", err)
+	}
+	replies := map[string]string{}
+	var name, at string
+	if _, err := pgx.ForEachRow(rows, []any{&name, &at}, func() error {
+		replies[name] = at
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("read standby replies: %w", err)
+	}
+	return replies, nil
+}

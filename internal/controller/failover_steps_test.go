@@ -1,0 +1,99 @@
+package controller
+
+import (
+	"context"
+	"slices"
+	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+
+	pgv1 "github.com/pgpilot/pgpilot-operator/api/v1alpha1"
+
+	pgbuilder "github.com/pgpilot/pgpilot-operator/internal/builder"
+	"github.com/pgpilot/pgpilot-operator/internal/instance/agentapi"
+)
+
+// reconcilerWithLease talks to fake agents (by pod name) and to a fake API holding only the
+// cluster's primary Lease, naming db-0.
+func reconcilerWithLease(cluster *pgv1.PostgresCluster) (*PostgresClusterReconciler, *fakeAgents, client.Client) {
+	agents := newFakeAgents()
+	leases := fake.NewClientBuilder().WithObjects(pgbuilder.BuildPrimaryLease(cluster, "db-0", metav1.NowMicro())).Build()
+	return &PostgresClusterReconciler{Client: leases, APIReader: leases, Agents: agents,
+		AgentAddress: func(p *corev1.Pod) string { return p.Name }}, agents, leases
+}
+
+// A failover moves on one step per reconcile: choose the replica with the most WAL, fence the
+// old primary through its agent, grant it the Lease, promote it, record it.
+func TestFailoverSteps(t *testing.T) {
+	cluster := testCluster(3)
+	cluster.Status.CurrentPrimary = "db-0"
+	r, agents, leases := reconcilerWithLease(cluster)
+	pods := []corev1.Pod{testPod("db-0", pgbuilder.RoleReplica, false), testPod("db-1", pgbuilder.RoleReplica, true),
+		testPod("db-2", pgbuilder.RoleReplica, true)}
+	reconcile := func(reports map[string]*agentapi.Status) *stop {
+		t.Helper()
+		s := newScope(cluster)
+		s.statefulSet = &appsv1.StatefulSet{Status: appsv1.StatefulSetStatus{Replicas: 3, ReadyReplicas: 2}}
+		s.observed = &observed{pods: pods, reports: reports, failures: map[string]string{}}
+		st, err := r.failover(context.Background(), s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cluster.Status.TargetPrimary, cluster.Status.FailoverReason = s.targetPrimary, s.failoverReason
+		return st
+	}
+	primary := &agentapi.Status{Role: agentapi.RolePrimary, Timeline: 1}
+	behind, ahead := replica("0/3000000", "0/3000000", false), replica("0/3000100", "0/3000000", false)
+
+	if st := reconcile(map[string]*agentapi.Status{"db-0": primary, "db-1": behind, "db-2": ahead}); st != nil {
+		t.Fatalf("a healthy primary: %+v", st)
+	}
+	// db-0's agent answers but is not primary-ready: it is not yet a failure while its pod is
+	// ready; once it says it is fenced, it is.
+	fenced := &agentapi.Status{Fenced: true, FencedReason: "postgres exited"}
+	st := reconcile(map[string]*agentapi.Status{"db-0": fenced, "db-1": behind, "db-2": ahead})
+	if st == nil || st.reason != "FailingOver" || cluster.Status.TargetPrimary != "db-2" {
+		t.Fatalf("start: %+v, target %q (want db-2, the most WAL received)", st, cluster.Status.TargetPrimary)
+	}
+	reconcile(map[string]*agentapi.Status{"db-0": fenced, "db-1": behind, "db-2": ahead})
+	if holder := leaseHolderIn(t, leases, cluster); holder != "db-2" {
+		t.Fatalf("lease names %q after the fence", holder)
+	}
+	if len(agents.promoted) != 0 {
+		t.Fatalf("promoted %v in the reconcile that granted the lease", agents.promoted)
+	}
+	reconcile(map[string]*agentapi.Status{"db-0": fenced, "db-1": behind, "db-2": ahead})
+	if !slices.Equal(agents.promoted, []string{"db-2"}) || !slices.Equal(agents.promotedSlots, []string{"db_0", "db_1"}) {
+		t.Fatalf("promote: %v with slots %v", agents.promoted, agents.promotedSlots)
+	}
+	if st := reconcile(map[string]*agentapi.Status{"db-0": fenced, "db-1": behind, "db-2": {Role: agentapi.RolePrimary, Timeline: 2}}); st != nil ||
+		cluster.Status.TargetPrimary != "" || cluster.Status.FailoverReason != "" {
+		t.Fatalf("complete: %+v, target %q", st, cluster.Status.TargetPrimary)
+	}
+}
+
+// An unreachable primary is fenced only by the Lease lapsing: no grant before LeaseExpiry.
+func TestFailoverWaitsForAnUnreachablePrimarysLease(t *testing.T) {
+	cluster := testCluster(2)
+	cluster.Status.CurrentPrimary = "db-0"
+	r, agents, leases := reconcilerWithLease(cluster)
+	pods := []corev1.Pod{testPod("db-0", pgbuilder.RoleReplica, false), testPod("db-1", pgbuilder.RoleReplica, true)}
+	for range 3 {
+		s := newScope(cluster)
+		s.observed = &observed{pods: pods, reports: map[string]*agentapi.Status{"db-1": replica("0/3000000", "0/3000000", false)},
+			failures: map[string]string{"db-0": "timeout"}}
+		agents.reports["db-1"] = s.observed.reports["db-1"]
+		st, err := r.failover(context.Background(), s)
+		if err != nil || st == nil || st.reason != "FailingOver" {
+			t.Fatalf("%+v %v", st, err)
+		}
+		cluster.Status.TargetPrimary, cluster.Status.FailoverReason = s.targetPrimary, s.failoverReason
+	}
+	if holder := leaseHolderIn(t, leases, cluster); holder != "db-0" || len(agents.fenced) != 0 {
+		t.Fatalf("lease granted to %q (fence orders %v) while the holder's lease had not lapsed", holder, agents.fenced)
+	}
+}

@@ -1,0 +1,111 @@
+package controller
+
+import (
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	pgbuilder "github.com/pgpilot/pgpilot-operator/internal/builder"
+	"github.com/pgpilot/pgpilot-operator/internal/instance/agentapi"
+)
+
+func replica(received, replayed string, streaming bool) *agentapi.Status {
+	return &agentapi.Status{Role: agentapi.RoleReplica, ReceiveLSN: received, ReplayLSN: replayed, Streaming: streaming}
+}
+
+func TestChooseCandidate(t *testing.T) {
+	pods := []corev1.Pod{testPod("db-0", pgbuilder.RolePrimary, false), testPod("db-1", pgbuilder.RoleReplica, true),
+		testPod("db-2", pgbuilder.RoleReplica, true), testPod("db-10", pgbuilder.RoleReplica, true)}
+	deleting := testPod("db-2", pgbuilder.RoleReplica, true)
+	deleting.DeletionTimestamp = &metav1.Time{Time: time.Now()}
+	for _, tc := range []struct {
+		name    string
+		reports map[string]*agentapi.Status
+		pods    []corev1.Pod
+		want    string
+	}{
+		{"most received WAL wins", map[string]*agentapi.Status{
+			"db-1": replica("0/5000000", "0/4000000", false), "db-2": replica("0/6000000", "0/3000000", false)}, pods, "db-2"},
+		{"then most replayed", map[string]*agentapi.Status{
+			"db-1": replica("0/6000000", "0/4000000", false), "db-2": replica("0/6000000", "0/5000000", false)}, pods, "db-2"},
+		{"then the lowest ordinal", map[string]*agentapi.Status{
+			"db-10": replica("0/6000000", "0/5000000", false), "db-2": replica("0/6000000", "0/5000000", false)}, pods, "db-2"},
+		{"a replica that received nothing yet counts its replay", map[string]*agentapi.Status{
+			"db-1": replica("", "0/7000000", false), "db-2": replica("0/6000000", "0/6000000", false)}, pods, "db-1"},
+		{"never the primary nor a fenced or deleting instance", map[string]*agentapi.Status{
+			"db-0": {Role: agentapi.RolePrimary, CurrentLSN: "0/9000000"}, "db-1": {Fenced: true},
+			"db-2": replica("0/6000000", "0/6000000", false)},
+			[]corev1.Pod{pods[0], pods[1], deleting}, ""},
+		{"none answers", map[string]*agentapi.Status{}, pods, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := chooseCandidate(&observed{pods: tc.pods, reports: tc.reports}, "db-0"); got != tc.want {
+				t.Errorf("candidate %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestPrimaryProblem(t *testing.T) {
+	ready, unready := testPod("db-0", pgbuilder.RolePrimary, true), testPod("db-0", pgbuilder.RolePrimary, false)
+	deleting := ready.DeepCopy()
+	deleting.DeletionTimestamp = &metav1.Time{Time: time.Now()}
+	primary := &agentapi.Status{Role: agentapi.RolePrimary}
+	for _, tc := range []struct {
+		name   string
+		pod    *corev1.Pod
+		report *agentapi.Status
+		failed bool
+	}{
+		{"healthy", &ready, primary, false},
+		{"one slow answer from a ready pod is no failure", &ready, nil, false},
+		{"unready and silent", &unready, nil, true},
+		{"gone", nil, nil, true},
+		{"being deleted", deleting, primary, true},
+		{"fenced", &ready, &agentapi.Status{Fenced: true, FencedReason: "postgres exited"}, true},
+		{"running as a standby", &ready, replica("0/1", "0/1", true), true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o := &observed{reports: map[string]*agentapi.Status{}, failures: map[string]string{"db-0": "timeout"}}
+			if tc.pod != nil {
+				o.pods = []corev1.Pod{*tc.pod}
+			}
+			if tc.report != nil {
+				o.reports["db-0"] = tc.report
+			}
+			if got := primaryProblem(o, "db-0"); (got != "") != tc.failed {
+				t.Errorf("problem %q, want failed=%v", got, tc.failed)
+			}
+		})
+	}
+}
+
+// An unreachable holder counts as fenced only once this process watched its Lease stay
+// unrenewed for LeaseExpiry and no standby stream for PeersGoneWait after that.
+func TestLeaseLapse(t *testing.T) {
+	tracker := (&PostgresClusterReconciler{}).leases()
+	uid, start := types.UID("c"), time.Now()
+	tracker.observe(uid, "1", start)
+	if lapsed, _ := tracker.leaseLapsed(uid, false, start.Add(agentapi.LeaseExpiry-time.Second)); lapsed {
+		t.Fatal("lapsed before LeaseExpiry")
+	}
+	tracker.observe(uid, "2", start.Add(10*time.Second)) // renewed: the clock starts again
+	at := start.Add(10*time.Second + agentapi.LeaseExpiry)
+	if lapsed, why := tracker.leaseLapsed(uid, true, at); lapsed {
+		t.Fatalf("lapsed while a standby streams: %s", why)
+	}
+	if lapsed, _ := tracker.leaseLapsed(uid, false, at); lapsed {
+		t.Fatal("lapsed the moment the standbys stopped streaming")
+	}
+	if lapsed, why := tracker.leaseLapsed(uid, false, at.Add(agentapi.PeersGoneWait)); !lapsed {
+		t.Fatalf("not lapsed after PeersGoneWait: %s", why)
+	}
+	// The timing argument: the agent fences itself before the operator may promote.
+	if agentapi.LeaseExpiry <= agentapi.LeaseFenceAfter+agentapi.LeaseRequestTimeout+2*time.Second ||
+		agentapi.PeersGoneWait <= agentapi.PeerWindow+2*time.Second {
+		t.Error("the operator's waits do not cover the agent's fencing bound")
+	}
+}

@@ -1,0 +1,235 @@
+package controller
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+
+	pgv1 "github.com/pgpilot/pgpilot-operator/api/v1alpha1"
+	"github.com/pgpilot/pgpilot-operator/internal/instance/agentapi"
+)
+
+// failover replaces a failed primary, one idempotent step per reconcile: choose the replica
+// holding the most WAL (status.targetPrimary, with the reason), take the old primary out of the
+// -rw Service, make sure it cannot accept writes (fenced on order, Lease given up, or Lease
+// lapsed with no standby left to vouch for it), grant the Lease to the target, promote it, and
+// hand over to decidePrimary, which labels it. The replicas follow the new timeline through the
+// -rw Service; the old primary rejoins as a standby on its own (its agent obeys the Lease).
+func (r *PostgresClusterReconciler) failover(ctx context.Context, s *scope) (*stop, error) {
+	current := s.cluster.Status.CurrentPrimary
+	if current == "" || (s.targetPrimary != "" && s.failoverReason == "") {
+		return nil, nil // bootstrapping, or a switchover runs
+	}
+	if s.failoverReason == "" {
+		if claimsOtherThan(s.observed, current) {
+			return nil, nil // a completed switchover or failover: decidePrimary records it, or refuses two claims
+		}
+		return r.detectFailure(s, current)
+	}
+	s.primary = current
+	target := s.targetPrimary
+	if report := s.observed.reports[target]; report != nil && report.Role == agentapi.RolePrimary {
+		r.event(s.cluster, s.observed.pod(target), corev1.EventTypeNormal, "FailoverCompleted", "Failover",
+			"%s is the primary on timeline %d; %s was fenced and rejoins as a standby", target, report.Timeline, current)
+		s.targetPrimary, s.failoverReason = "", ""
+		r.leases().since(r.leases().failing, s.cluster.UID, false, time.Now())
+		return nil, nil // decidePrimary labels it
+	}
+	lease, err := r.readPrimaryLease(ctx, s)
+	if err != nil {
+		return nil, err
+	}
+	if leaseHolder(lease) != target {
+		return r.fenceAndGrant(ctx, s, lease, target)
+	}
+	pod := s.observed.pod(target)
+	if pod == nil || s.observed.reports[target] == nil {
+		return failingOver(fmt.Sprintf("waiting for the agent of %s to answer, to promote it", target)), nil
+	}
+	promoted, err := r.agents().Promote(ctx, r.endpoint(s, pod), followerSlots(s, target))
+	if err != nil {
+		return nil, fmt.Errorf("promote %s: %w", target, err)
+	}
+	r.event(s.cluster, pod, corev1.EventTypeNormal, "Promoted", "Failover", "%s promoted on timeline %d", target, promoted.Timeline)
+	return failingOver(fmt.Sprintf("%s promoted; waiting for its agent to report it", target)), nil
+}
+
+// detectFailure starts a failover once the primary has been failed for spec.failoverDelay and
+// a replica can take over.
+func (r *PostgresClusterReconciler) detectFailure(s *scope, current string) (*stop, error) {
+	problem := primaryProblem(s.observed, current)
+	failingFor := r.leases().since(r.leases().failing, s.cluster.UID, problem != "", time.Now())
+	if problem == "" {
+		return nil, nil
+	}
+	s.primary = current
+	if delay := failoverDelay(s.cluster); failingFor < delay {
+		return &stop{reasonMessage: reasonMessage{"PrimaryFailing", fmt.Sprintf("%s; failing over in %s (spec.failoverDelay)",
+			problem, (delay - failingFor).Round(time.Second))}, retry: true, after: min(delay-failingFor, time.Second)}, nil
+	}
+	candidate := chooseCandidate(s.observed, current)
+	if candidate == "" {
+		return waitFor("NoFailoverCandidate", problem+"; no replica answers to take over, so pgpilot waits for it to come back"), nil
+	}
+	s.targetPrimary, s.failoverReason = candidate, problem
+	r.event(s.cluster, s.observed.pod(candidate), corev1.EventTypeWarning, "FailoverStarted", "Failover",
+		"%s; failing over to %s, the replica holding the most WAL", problem, candidate)
+	return failingOver(fmt.Sprintf("%s; failing over to %s", problem, candidate)), nil
+}
+
+// fenceAndGrant makes sure the Lease's holder cannot accept writes, then grants the Lease to
+// target. The -rw Service loses its endpoint first, whatever follows.
+func (r *PostgresClusterReconciler) fenceAndGrant(ctx context.Context, s *scope, lease *coordinationv1.Lease, target string) (*stop, error) {
+	if err := r.labelRoles(ctx, s, ""); err != nil {
+		return nil, err
+	}
+	holder := leaseHolder(lease)
+	fenced, why := r.fenceHolder(ctx, s, holder)
+	if !fenced {
+		return failingOver(fmt.Sprintf("waiting for %s to be fenced before promoting %s: %s", holder, target, why)), nil
+	}
+	if err := r.grantPrimaryLease(ctx, lease, target); err != nil {
+		return nil, err
+	}
+	r.event(s.cluster, s.observed.pod(target), corev1.EventTypeNormal, "Fenced", "Failover",
+		"%s cannot accept writes (%s); the primary lease is granted to %s", cmp.Or(holder, "no instance"), why, target)
+	return failingOver(fmt.Sprintf("the primary lease is granted to %s; promoting it", target)), nil
+}
+
+// fenceHolder reports whether holder is known not to accept writes, and how it is known: it
+// gave the Lease up, its agent says it is fenced or fences it now on order, or it cannot be
+// reached and its Lease lapsed with no standby streaming.
+func (r *PostgresClusterReconciler) fenceHolder(ctx context.Context, s *scope, holder string) (bool, string) {
+	if holder == "" {
+		return true, "it gave the primary lease up"
+	}
+	if report := s.observed.reports[holder]; report != nil && report.Fenced {
+		return true, "fenced: " + report.FencedReason
+	}
+	if pod := s.observed.pod(holder); pod != nil && pod.Status.PodIP != "" {
+		if status, err := r.agents().Fence(ctx, r.endpoint(s, pod)); err == nil && status.Fenced {
+			return true, "its agent stopped PostgreSQL on pgpilot's order"
+		}
+	}
+	return r.leases().leaseLapsed(s.cluster.UID, replicasMayStream(s.observed, holder), time.Now())
+}
+
+// primaryProblem says why the primary cannot serve, "" when it can. An agent that does not
+// answer counts only once the kubelet also finds the pod unready: one slow answer is no failure.
+func primaryProblem(o *observed, primary string) string {
+	pod := o.pod(primary)
+	report := o.reports[primary]
+	switch {
+	case pod == nil:
+		return fmt.Sprintf("the pod of the primary %s is gone", primary)
+	case !pod.DeletionTimestamp.IsZero():
+		return fmt.Sprintf("the primary %s is being deleted", primary)
+	case report != nil && report.Fenced:
+		return fmt.Sprintf("the primary %s is fenced: %s", primary, report.FencedReason)
+	case report != nil && report.Role != agentapi.RolePrimary:
+		return fmt.Sprintf("the primary %s runs as a %s", primary, report.Role)
+	case report == nil && !podReady(pod):
+		return fmt.Sprintf("the primary %s is not ready and its agent does not answer (%s)", primary, o.failures[primary])
+	}
+	return ""
+}
+
+// chooseCandidate is the replica that can take over with the least loss: the most WAL
+// received, then replayed, then the lowest name; "" when no replica's agent answers.
+func chooseCandidate(o *observed, primary string) string {
+	type candidate struct {
+		name               string
+		received, replayed uint64
+	}
+	var candidates []candidate
+	for name, report := range o.reports {
+		pod := o.pod(name)
+		if name == primary || report.Role != agentapi.RoleReplica || pod == nil || !pod.DeletionTimestamp.IsZero() {
+			continue
+		}
+		received, _ := parseLSN(report.ReceiveLSN)
+		replayed, _ := parseLSN(report.ReplayLSN)
+		candidates = append(candidates, candidate{name, max(received, replayed), replayed})
+	}
+	if len(candidates) == 0 {
+		return ""
+	}
+	return slices.MinFunc(candidates, func(a, b candidate) int {
+		return cmp.Or(cmp.Compare(b.received, a.received), cmp.Compare(b.replayed, a.replayed), compareNames(a.name, b.name))
+	}).name
+}
+
+// claimsOtherThan: an instance other than primary says it is a primary.
+func claimsOtherThan(o *observed, primary string) bool {
+	for name, report := range o.reports {
+		if name != primary && report.Role == agentapi.RolePrimary {
+			return true
+		}
+	}
+	return false
+}
+
+// replicasMayStream: some instance other than the holder streams, or cannot tell (no answer).
+func replicasMayStream(o *observed, holder string) bool {
+	for i := range o.pods {
+		name := o.pods[i].Name
+		if name == holder {
+			continue
+		}
+		report := o.reports[name]
+		if report == nil || report.Streaming {
+			return true
+		}
+	}
+	return false
+}
+
+func failoverDelay(c *pgv1.PostgresCluster) time.Duration {
+	if c.Spec.FailoverDelay == nil {
+		return 0
+	}
+	return c.Spec.FailoverDelay.Duration
+}
+
+func failingOver(message string) *stop {
+	return &stop{reasonMessage: reasonMessage{"FailingOver", message}, retry: true, after: switchoverStep}
+}
+
+// announceRejoins tells, once each, that a former primary became a standby of the new one and
+// what only it had: its WAL from where the timelines diverged (rewind), or all of its data
+// (clone after a failed rewind).
+func (r *PostgresClusterReconciler) announceRejoins(_ context.Context, s *scope) (*stop, error) {
+	for name, report := range s.observed.reports {
+		rejoined := report.Rejoined
+		if rejoined == nil || rejoined.At == recordedRejoin(s.cluster, name) {
+			continue
+		}
+		message := fmt.Sprintf("%s rejoined as a standby by %s", name, rejoined.Method)
+		switch {
+		case rejoined.Method == agentapi.RejoinClone:
+			message += fmt.Sprintf(" after pg_rewind failed (%s); its own data, last checkpoint %s on timeline %s, was replaced by a copy of the primary",
+				rejoined.Error, rejoined.OldCheckpoint, rejoined.OldTimeline)
+		case rejoined.DivergedAt != "":
+			message += fmt.Sprintf("; the WAL it wrote from %s on (timeline %s, last checkpoint %s) never reached the new primary and was discarded",
+				rejoined.DivergedAt, rejoined.OldTimeline, rejoined.OldCheckpoint)
+		default:
+			message += "; it had nothing the new primary lacks"
+		}
+		r.event(s.cluster, s.observed.pod(name), corev1.EventTypeWarning, "Rejoined", "Rejoin", "%s", message)
+	}
+	return nil, nil
+}
+
+func recordedRejoin(c *pgv1.PostgresCluster, name string) string {
+	for _, st := range c.Status.InstancesStatus {
+		if st.Name == name {
+			return st.RejoinedAt
+		}
+	}
+	return ""
+}

@@ -1,0 +1,185 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	pgbuilder "github.com/pgpilot/pgpilot-operator/internal/builder"
+	"github.com/pgpilot/pgpilot-operator/internal/instance/agentapi"
+)
+
+// +kubebuilder:rbac:groups="",resources=serviceaccounts,verbs=get;list;watch;create;patch
+// +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=roles;rolebindings,verbs=get;list;watch;create;patch
+// +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;create;update
+
+// ensureInstanceAccess gives the instance agents their ServiceAccount, and a Role that lets
+// them read and renew the cluster's primary Lease and nothing else.
+func (r *PostgresClusterReconciler) ensureInstanceAccess(ctx context.Context, s *scope) (*stop, error) {
+	if err := ensureOwned(ctx, r, s, pgbuilder.BuildInstanceServiceAccount(s.cluster), &corev1.ServiceAccount{}); err != nil {
+		return nil, err
+	}
+	if err := ensureOwned(ctx, r, s, pgbuilder.BuildInstanceRole(s.cluster), &rbacv1.Role{}); err != nil {
+		return nil, err
+	}
+	return nil, ensureOwned(ctx, r, s, pgbuilder.BuildInstanceRoleBinding(s.cluster), &rbacv1.RoleBinding{})
+}
+
+// ensurePrimaryLease creates the primary Lease once, naming the current primary (the initial
+// one for a new cluster). It is not cached: the primary renews it every few seconds, and
+// watching it would wake the operator as often. After it exists, only failover and switchover
+// touch it, by a compare-and-swap grant.
+func (r *PostgresClusterReconciler) ensurePrimaryLease(ctx context.Context, s *scope) (*stop, error) {
+	if r.leases().known(s.cluster.UID) {
+		return nil, nil
+	}
+	holder := s.cluster.Status.CurrentPrimary
+	if holder == "" {
+		holder = pgbuilder.InstancePodName(s.cluster, 0)
+	}
+	lease := pgbuilder.BuildPrimaryLease(s.cluster, holder, metav1.NowMicro())
+	switch err := r.Create(ctx, lease, client.FieldOwner(pgbuilder.FieldOwner)); {
+	case err == nil:
+		recordWrite("Lease", "created")
+		s.created = append(s.created, "Lease "+lease.Name)
+	case !apierrors.IsAlreadyExists(err):
+		return nil, fmt.Errorf("create lease %s: %w", lease.Name, err)
+	}
+	r.leases().remember(s.cluster.UID)
+	return nil, nil
+}
+
+// readPrimaryLease reads the Lease from the API server (never cached) and notes when it was
+// last seen to change.
+func (r *PostgresClusterReconciler) readPrimaryLease(ctx context.Context, s *scope) (*coordinationv1.Lease, error) {
+	lease := &coordinationv1.Lease{}
+	key := client.ObjectKey{Namespace: s.cluster.Namespace, Name: pgbuilder.PrimaryLeaseName(s.cluster)}
+	if err := r.APIReader.Get(ctx, key, lease); err != nil {
+		return nil, fmt.Errorf("get lease %s: %w", key.Name, err)
+	}
+	r.leases().observe(s.cluster.UID, lease.ResourceVersion, time.Now())
+	return lease, nil
+}
+
+// grantPrimaryLease gives the Lease to holder, counting one more grant, on condition that it
+// is still the version read: an old primary that renewed it in between wins, and the failover
+// looks again.
+func (r *PostgresClusterReconciler) grantPrimaryLease(ctx context.Context, lease *coordinationv1.Lease, holder string) error {
+	lease = lease.DeepCopy()
+	now := metav1.NowMicro()
+	lease.Spec.HolderIdentity = ptr.To(holder)
+	lease.Spec.AcquireTime, lease.Spec.RenewTime = &now, &now
+	lease.Spec.LeaseTransitions = ptr.To(ptr.Deref(lease.Spec.LeaseTransitions, 0) + 1)
+	if err := r.Update(ctx, lease, client.FieldOwner(pgbuilder.FieldOwner)); err != nil {
+		return fmt.Errorf("grant lease %s to %s: %w", lease.Name, holder, err)
+	}
+	recordWrite("Lease", "granted")
+	return nil
+}
+
+func leaseHolder(lease *coordinationv1.Lease) string { return ptr.Deref(lease.Spec.HolderIdentity, "") }
+
+// leaseTracker is what this operator process saw of each cluster's Lease, by its own clock:
+// a Lease is lapsed only once this process has watched it not change for LeaseExpiry, so a
+// restarted operator waits a whole expiry again, and clock skew between nodes plays no part.
+type leaseTracker struct {
+	mu      sync.Mutex
+	created map[types.UID]bool
+	seen    map[types.UID]leaseSeen
+	// peersGone is when no standby was first seen streaming during a failover.
+	peersGone map[types.UID]time.Time
+	// failing is when the primary was first seen failed, for spec.failoverDelay.
+	failing map[types.UID]time.Time
+}
+
+type leaseSeen struct {
+	version string
+	at      time.Time
+}
+
+func (r *PostgresClusterReconciler) leases() *leaseTracker {
+	r.leaseOnce.Do(func() {
+		r.leaseTracker = &leaseTracker{created: map[types.UID]bool{}, seen: map[types.UID]leaseSeen{},
+			peersGone: map[types.UID]time.Time{}, failing: map[types.UID]time.Time{}}
+	})
+	return r.leaseTracker
+}
+
+func (t *leaseTracker) known(uid types.UID) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.created[uid]
+}
+
+func (t *leaseTracker) remember(uid types.UID) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.created[uid] = true
+}
+
+func (t *leaseTracker) observe(uid types.UID, version string, now time.Time) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.seen[uid].version != version {
+		t.seen[uid] = leaseSeen{version: version, at: now}
+	}
+}
+
+// unchangedFor is how long this process has seen the Lease keep its current version.
+func (t *leaseTracker) unchangedFor(uid types.UID, now time.Time) time.Duration {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return now.Sub(t.seen[uid].at)
+}
+
+// since records the first time of a condition (set) or forgets it; it returns how long the
+// condition has held.
+func (t *leaseTracker) since(m map[types.UID]time.Time, uid types.UID, holds bool, now time.Time) time.Duration {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if !holds {
+		delete(m, uid)
+		return 0
+	}
+	first, ok := m[uid]
+	if !ok {
+		m[uid], first = now, now
+	}
+	return now.Sub(first)
+}
+
+func (t *leaseTracker) forget(uid types.UID) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	delete(t.created, uid)
+	delete(t.seen, uid)
+	delete(t.peersGone, uid)
+	delete(t.failing, uid)
+}
+
+// leaseLapsed: the holder cannot be reached, and by now it has fenced itself: this process saw
+// its Lease unrenewed for LeaseExpiry, and no standby stream from it for PeersGoneWait (a
+// primary with a standby still replying keeps running, docs/high-availability.md).
+func (t *leaseTracker) leaseLapsed(uid types.UID, peersStreaming bool, now time.Time) (bool, string) {
+	unchanged := t.unchangedFor(uid, now)
+	gone := t.since(t.peersGone, uid, !peersStreaming, now)
+	switch {
+	case unchanged < agentapi.LeaseExpiry:
+		return false, fmt.Sprintf("its lease was renewed %s ago; it lapses after %s", unchanged.Round(time.Second), agentapi.LeaseExpiry)
+	case peersStreaming:
+		return false, "a standby still streams from it"
+	case gone < agentapi.PeersGoneWait:
+		return false, fmt.Sprintf("no standby has streamed from it for %s; waiting %s", gone.Round(time.Second), agentapi.PeersGoneWait)
+	}
+	return true, ""
+}

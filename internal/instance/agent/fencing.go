@@ -1,0 +1,415 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/pgpilot/pgpilot-operator/internal/instance/agentapi"
+	"github.com/pgpilot/pgpilot-operator/internal/instance/postgres"
+)
+
+// The primary Lease decides, not the data directory: PostgreSQL runs as a primary only on the
+// instance the Lease names, while its agent keeps renewing it. A primary that loses the Lease
+// (granted elsewhere) or cannot renew it for LeaseFenceAfter with no standby still replying
+// stops at once (fenced). A fenced instance stays down, across container restarts (a marker
+// file beside PGDATA), until the Lease is granted again: to it (it starts as the primary) or
+// to another instance (it rewinds, or re-clones, and follows).
+
+// fence is why PostgreSQL is held down, and the Lease's grant count at the time: a later
+// grant is the operator's answer.
+type fence struct {
+	Reason      string `json:"reason"`
+	Transitions int32  `json:"transitions"`
+}
+
+// fenceMarkerPath is beside PGDATA, on the data volume: it survives a container restart and is
+// never copied into a clone.
+func (a *Agent) fenceMarkerPath() string {
+	return filepath.Join(filepath.Dir(a.Instance.DataDir), "pgpilot-fence.json")
+}
+
+func (a *Agent) fenced() *fence {
+	a.stateMu.Lock()
+	defer a.stateMu.Unlock()
+	return a.fence
+}
+
+// holdDown records the fence (file first: a crash after it still finds it) and remembers it.
+func (a *Agent) holdDown(f fence) error {
+	data, _ := json.Marshal(f)
+	if err := os.WriteFile(a.fenceMarkerPath(), data, 0o600); err != nil {
+		return fmt.Errorf("write fence marker: %w", err)
+	}
+	a.stateMu.Lock()
+	a.fence = &f
+	a.stateMu.Unlock()
+	return nil
+}
+
+func (a *Agent) liftFence() error {
+	if err := os.Remove(a.fenceMarkerPath()); err != nil && !os.IsNotExist(err) {
+		return fmt.Errorf("remove fence marker: %w", err)
+	}
+	a.stateMu.Lock()
+	a.fence = nil
+	a.stateMu.Unlock()
+	return nil
+}
+
+func (a *Agent) readFenceMarker() (*fence, error) {
+	data, err := os.ReadFile(a.fenceMarkerPath())
+	if os.IsNotExist(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	f := &fence{}
+	if err := json.Unmarshal(data, f); err != nil {
+		return nil, fmt.Errorf("fence marker %s: %w", a.fenceMarkerPath(), err)
+	}
+	return f, nil
+}
+
+// fenceNow stops a running primary immediately and holds it down. Immediate, not fast or
+// smart: no session may commit anything after this instance stopped being allowed to.
+func (a *Agent) fenceNow(reason string, transitions int32) error {
+	a.restartMu.Lock()
+	defer a.restartMu.Unlock()
+	return a.fenceLocked(reason, transitions)
+}
+
+func (a *Agent) fenceLocked(reason string, transitions int32) error {
+	if a.fenced() != nil {
+		return nil
+	}
+	a.Log.Info("fencing: stopping postgres immediately", "reason", reason)
+	markErr := a.holdDown(fence{Reason: reason, Transitions: transitions})
+	stopErr := a.Instance.StopImmediately()
+	return errors.Join(markErr, stopErr)
+}
+
+// Fence is the operator's order (PathFence): a primary stops at once and waits for the Lease.
+func (a *Agent) Fence(ctx context.Context) (*agentapi.Status, error) {
+	a.restartMu.Lock()
+	defer a.restartMu.Unlock()
+	if a.fenced() == nil {
+		if a.Instance.Running() && !a.isPrimary() {
+			return nil, fmt.Errorf("%w: a standby needs no fencing", agentapi.ErrWrongRole)
+		}
+		if err := a.fenceLocked("fenced by the operator", a.currentLease().Transitions); err != nil {
+			return nil, err
+		}
+	}
+	return a.fencedStatus(), nil
+}
+
+func (a *Agent) fencedStatus() *agentapi.Status {
+	f := a.fenced()
+	if f == nil {
+		return nil
+	}
+	return &agentapi.Status{Fenced: true, FencedReason: f.Reason, LeaseTransitions: f.Transitions,
+		Rejoined: a.lastRejoin()}
+}
+
+func (a *Agent) currentLease() Lease {
+	a.stateMu.Lock()
+	defer a.stateMu.Unlock()
+	return a.lease
+}
+
+func (a *Agent) setLease(l Lease, renewedAt time.Time) {
+	a.stateMu.Lock()
+	defer a.stateMu.Unlock()
+	a.lease = l
+	if !renewedAt.IsZero() {
+		a.renewedAt = renewedAt
+	}
+}
+
+// readLease reads the Lease, retrying until the API server answers: without it the agent
+// cannot know what it may start as.
+func (a *Agent) readLease(ctx context.Context) (Lease, error) {
+	for attempt := 1; ; attempt++ {
+		rctx, cancel := context.WithTimeout(ctx, agentapi.LeaseRequestTimeout)
+		l, err := a.Leases.Get(rctx)
+		cancel()
+		if err == nil {
+			a.setLease(l, time.Time{})
+			return l, nil
+		}
+		a.Log.Error(err, "cannot read the primary lease; PostgreSQL waits", "attempt", attempt)
+		select {
+		case <-ctx.Done():
+			return Lease{}, ctx.Err()
+		case <-time.After(min(time.Duration(attempt)*time.Second, 5*time.Second)):
+		}
+	}
+}
+
+// renew renews the Lease for this instance; on a conflict it reads the Lease again and
+// reports who holds it now.
+func (a *Agent) renew(ctx context.Context) (Lease, error) {
+	ctx, cancel := context.WithTimeout(ctx, agentapi.LeaseRequestTimeout)
+	defer cancel()
+	started := time.Now()
+	l, err := a.Leases.Renew(ctx, a.currentLease(), a.Config.PodName)
+	if errors.Is(err, ErrLeaseConflict) {
+		current, getErr := a.Leases.Get(ctx)
+		if getErr != nil {
+			return Lease{}, fmt.Errorf("the lease changed and reading it again failed: %w", getErr)
+		}
+		a.setLease(current, time.Time{})
+		if current.Holder != a.Config.PodName {
+			return current, err
+		}
+		started = time.Now()
+		l, err = a.Leases.Renew(ctx, current, a.Config.PodName)
+	}
+	if err != nil {
+		return Lease{}, err
+	}
+	a.setLease(l, started)
+	return l, nil
+}
+
+// startAsLeaseSays starts PostgreSQL in the role the Lease allows: a standby as a standby; a
+// primary only when the Lease names it and it renewed the Lease first; a primary the Lease no
+// longer names rejoins as a standby; otherwise it waits, fenced.
+func (a *Agent) startAsLeaseSays(ctx context.Context, l Lease) error {
+	marker, err := a.readFenceMarker()
+	if err != nil {
+		return err
+	}
+	if marker != nil {
+		a.stateMu.Lock()
+		a.fence = marker
+		a.stateMu.Unlock()
+		a.Log.Info("fenced before this start; waiting for the primary lease", "reason", marker.Reason)
+		return nil
+	}
+	if a.Instance.IsStandby() {
+		return a.Instance.Start()
+	}
+	switch l.Holder {
+	case a.Config.PodName:
+		if current, err := a.renew(ctx); err != nil {
+			return a.holdDown(fence{Reason: fmt.Sprintf("could not renew the primary lease at start: %v", err), Transitions: current.Transitions})
+		}
+		if err := a.Instance.Start(); err != nil {
+			return err
+		}
+		return a.ensureRoles(ctx)
+	case "":
+		return a.holdDown(fence{Reason: "the primary lease names no instance", Transitions: l.Transitions})
+	default:
+		if err := a.holdDown(fence{Reason: "the primary lease names " + l.Holder, Transitions: l.Transitions}); err != nil {
+			return err
+		}
+		a.resolveFence(ctx)
+		return nil
+	}
+}
+
+// resolveFence asks the Lease whether a fenced instance may run again: granted back to it
+// (more grants than when it was fenced), it starts as it was; granted to another, it rejoins.
+func (a *Agent) resolveFence(ctx context.Context) {
+	f := a.fenced()
+	if f == nil || !a.restartMu.TryLock() {
+		return
+	}
+	defer a.restartMu.Unlock()
+	rctx, cancel := context.WithTimeout(ctx, agentapi.LeaseRequestTimeout)
+	l, err := a.Leases.Get(rctx)
+	cancel()
+	if err != nil {
+		a.Log.V(1).Info("fenced; cannot read the primary lease", "error", err.Error())
+		return
+	}
+	a.setLease(l, time.Time{})
+	switch {
+	case l.Holder == a.Config.PodName && l.Transitions > f.Transitions:
+		err = a.unfence(ctx)
+	case l.Holder != "" && l.Holder != a.Config.PodName:
+		err = a.rejoin(ctx)
+	default:
+		return
+	}
+	if err != nil {
+		a.Log.Error(err, "leaving the fence failed; trying again")
+	}
+}
+
+// unfence starts the instance again as the primary, the Lease being granted back to it.
+func (a *Agent) unfence(ctx context.Context) error {
+	a.Log.Info("the primary lease is granted to this instance again; starting")
+	if !a.Instance.IsStandby() {
+		if _, err := a.renew(ctx); err != nil {
+			return err
+		}
+	}
+	if err := a.Instance.Start(); err != nil {
+		return err
+	}
+	if err := a.liftFence(); err != nil {
+		return err
+	}
+	if !a.Instance.IsStandby() {
+		return a.ensureRoles(ctx)
+	}
+	return nil
+}
+
+// superuserConnInfo reaches the primary as the superuser, which pg_rewind needs.
+func (a *Agent) superuserConnInfo() string {
+	return postgres.ConnInfo("host", a.Config.PrimaryHost, "port", fmt.Sprint(a.Config.PostgresPort),
+		"user", agentapi.Superuser, "password", a.credentials().SuperuserPassword,
+		"dbname", "postgres", "connect_timeout", "5")
+}
+
+// rejoin makes a stopped former primary a standby of the new one: pg_rewind when its timeline
+// diverged, a fresh clone when that fails while the primary answers. What only it had is
+// reported (Status.Rejoined), never kept silently.
+func (a *Agent) rejoin(ctx context.Context) error {
+	if !a.Instance.IsStandby() {
+		rejoined := &agentapi.Rejoin{Method: agentapi.RejoinRewind, At: time.Now().UTC().Format(time.RFC3339)}
+		if control, err := a.Instance.ControlData(ctx); err == nil {
+			rejoined.OldCheckpoint, rejoined.OldTimeline = control.CheckpointLSN, control.Timeline
+		}
+		rewound, err := a.Instance.Rewind(ctx, a.superuserConnInfo())
+		if err != nil {
+			if !a.primaryAnswers(ctx) {
+				return fmt.Errorf("rewind (the primary does not answer yet): %w", err)
+			}
+			a.Log.Error(err, "rewind failed; cloning the primary afresh")
+			if err := removeContents(a.Instance.DataDir); err != nil {
+				return err
+			}
+			if err := a.Instance.Clone(ctx, a.primaryConnInfo(a.credentials()), agentapi.SlotName(a.Config.PodName)); err != nil {
+				_ = removeContents(a.Instance.DataDir)
+				return fmt.Errorf("clone after a failed rewind: %w", err)
+			}
+			rejoined.Method, rejoined.Error = agentapi.RejoinClone, err.Error()
+		} else {
+			rejoined.DivergedAt = rewound.DivergedAt
+		}
+		if err := a.Instance.ConfigureStandby(a.primaryConnInfo(a.credentials()), agentapi.SlotName(a.Config.PodName)); err != nil {
+			return err
+		}
+		a.stateMu.Lock()
+		a.rejoined = rejoined
+		a.stateMu.Unlock()
+		a.Log.Info("rejoined as a standby", "method", rejoined.Method, "divergedAt", rejoined.DivergedAt,
+			"oldCheckpoint", rejoined.OldCheckpoint)
+	}
+	if err := a.Instance.Start(); err != nil {
+		return err
+	}
+	return a.liftFence()
+}
+
+func (a *Agent) primaryAnswers(ctx context.Context) bool {
+	conn, err := pgx.Connect(ctx, a.superuserConnInfo())
+	if err != nil {
+		return false
+	}
+	_ = conn.Close(ctx)
+	return true
+}
+
+func (a *Agent) lastRejoin() *agentapi.Rejoin {
+	a.stateMu.Lock()
+	defer a.stateMu.Unlock()
+	return a.rejoined
+}
+
+// keepLease runs every tick on a running primary: renew when due; fence when the Lease went to
+// another instance, or when it could not be renewed for LeaseFenceAfter and no standby replied
+// within PeerWindow.
+func (a *Agent) keepLease(ctx context.Context, now time.Time) {
+	if a.fenced() != nil || !a.Instance.Running() || !a.isPrimary() {
+		return
+	}
+	a.notePeers(ctx, now)
+	a.stateMu.Lock()
+	due := now.Sub(a.renewAttempt) >= agentapi.LeaseRenewInterval
+	if due {
+		a.renewAttempt = now
+	}
+	a.stateMu.Unlock()
+	if due {
+		l, err := a.renew(ctx)
+		if errors.Is(err, ErrLeaseConflict) && l.Holder != a.Config.PodName {
+			a.logFenceErr(a.fenceNow(fmt.Sprintf("the primary lease was granted to %q", l.Holder), l.Transitions))
+			return
+		}
+		if err != nil {
+			a.Log.Error(err, "renewing the primary lease failed")
+		}
+	}
+	a.stateMu.Lock()
+	sinceRenewal, sincePeer := now.Sub(a.renewedAt), now.Sub(a.peerSeenAt)
+	transitions := a.lease.Transitions
+	a.stateMu.Unlock()
+	if mustFence(sinceRenewal, sincePeer) {
+		a.logFenceErr(a.fenceNow(fmt.Sprintf("the primary lease was not renewed for %s and no standby replied for %s",
+			sinceRenewal.Round(time.Second), sincePeer.Round(time.Second)), transitions))
+	}
+}
+
+// mustFence is the self-fencing rule: the Lease lapsed (by this agent's clock) and no peer
+// vouches for this primary.
+func mustFence(sinceRenewal, sincePeer time.Duration) bool {
+	return sinceRenewal > agentapi.LeaseFenceAfter && sincePeer > agentapi.PeerWindow
+}
+
+func (a *Agent) logFenceErr(err error) {
+	if err != nil {
+		a.Log.Error(err, "fencing")
+	}
+}
+
+// notePeers records when a standby's reply last arrived: when any standby's reply time
+// changed since the previous tick.
+func (a *Agent) notePeers(ctx context.Context, now time.Time) {
+	ctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	conn, err := a.connect(ctx)
+	if err != nil {
+		return
+	}
+	defer func() { _ = conn.Close(context.Background()) }()
+	replies, err := postgres.StandbyReplies(ctx, conn)
+	if err != nil {
+		return
+	}
+	a.stateMu.Lock()
+	defer a.stateMu.Unlock()
+	for name, at := range replies {
+		if a.peerReplies[name] != at {
+			a.peerSeenAt = now
+		}
+	}
+	a.peerReplies = maps.Clone(replies)
+}
+
+// releaseLease gives the Lease up after a clean shutdown of the primary, so that the operator
+// promotes a standby at once instead of waiting for the Lease to expire.
+func (a *Agent) releaseLease() {
+	ctx, cancel := context.WithTimeout(context.Background(), agentapi.LeaseRequestTimeout)
+	defer cancel()
+	if _, err := a.Leases.Renew(ctx, a.currentLease(), ""); err != nil {
+		a.Log.Error(err, "releasing the primary lease failed; the operator waits for it to expire")
+		return
+	}
+	a.Log.Info("released the primary lease")
+}

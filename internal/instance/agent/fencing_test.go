@@ -1,0 +1,176 @@
+package agent_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/pgpilot/pgpilot-operator/internal/instance/agentapi"
+	"github.com/pgpilot/pgpilot-operator/internal/instance/pgtest"
+	"github.com/pgpilot/pgpilot-operator/internal/instance/postgres"
+)
+
+func endpointOf(a *pgtest.RunningAgent) agentapi.Endpoint {
+	return agentapi.Endpoint{Address: strings.TrimPrefix(a.URL, "http://"), Token: token}
+}
+
+// startPair runs db-0 (primary) and db-1 (its standby, streaming through the rw proxy) over one
+// Lease naming db-0.
+func startPair(t *testing.T) (primary, standby *pgtest.RunningAgent, rw *pgtest.ServiceProxy, leases *pgtest.MemoryLeases) {
+	leases = pgtest.NewMemoryLeases("db-0")
+	rw = pgtest.NewServiceProxy(t)
+	primaryInst, standbyInst := pgtest.NewInstance(t, "db-0"), pgtest.NewInstance(t, "db-1")
+	rw.SetTarget(primaryInst.Port)
+	primary = pgtest.StartAgent(t, agentConfig(t, "db-0", primaryInst, rw.Port), primaryInst, leases)
+	standby = pgtest.StartAgent(t, agentConfig(t, "db-1", standbyInst, rw.Port), standbyInst, leases)
+	pgtest.Eventually(t, "db-1 streams", func() error {
+		s, err := status(standby)
+		if err == nil && !s.Streaming {
+			err = fmt.Errorf("db-1 %+v", s)
+		}
+		return err
+	})
+	return primary, standby, rw, leases
+}
+
+func insertRows(t *testing.T, a *pgtest.RunningAgent, from, to int) {
+	t.Helper()
+	app := pgtest.Connect(t, a.Instance, "app", credentials.AppPassword, "app")
+	for i := from; i < to; i++ {
+		if _, err := app.Exec(context.Background(), fmt.Sprintf("CREATE TABLE IF NOT EXISTS t (v int); INSERT INTO t VALUES (%d)", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func awaitFenced(t *testing.T, a *pgtest.RunningAgent, reason string) {
+	t.Helper()
+	pgtest.Eventually(t, a.Config.PodName+" fenced: "+reason, func() error {
+		s, err := status(a)
+		switch {
+		case err != nil:
+			return err
+		case !s.Fenced || !strings.Contains(s.FencedReason, reason):
+			return fmt.Errorf("%+v", s)
+		case a.Instance.Running():
+			return fmt.Errorf("fenced but postgres runs")
+		}
+		return nil
+	})
+}
+
+func awaitRole(t *testing.T, a *pgtest.RunningAgent, role string, timeline int64) {
+	t.Helper()
+	pgtest.Eventually(t, fmt.Sprintf("%s a %s on timeline %d", a.Config.PodName, role, timeline), func() error {
+		s, err := status(a)
+		if err == nil && (s.Role != role || s.Timeline != timeline || (role == agentapi.RoleReplica && !s.Streaming)) {
+			err = fmt.Errorf("%+v", s)
+		}
+		return err
+	})
+}
+
+// The operator's failover through the agents: the primary fenced on order stays down (across
+// a restart of its agent) until the Lease goes to the standby, which is promoted; the old
+// primary then rejoins it as a standby on its own.
+func TestFencedPrimaryWaitsForTheLeaseThenRejoins(t *testing.T) {
+	ctx := context.Background()
+	primary, standby, rw, leases := startPair(t)
+	insertRows(t, primary, 0, 50)
+	client := agentapi.HTTPClient{}
+	if _, err := client.Fence(ctx, endpointOf(standby)); err == nil {
+		t.Error("a standby was fenced")
+	}
+	rw.SetTarget(0)
+	fenced, err := client.Fence(ctx, endpointOf(primary))
+	if err != nil || !fenced.Fenced {
+		t.Fatalf("fence: %+v, %v", fenced, err)
+	}
+	awaitFenced(t, primary, "fenced by the operator")
+
+	// A container restart keeps the fence: the Lease still names db-0, but was not granted again.
+	if err := primary.Stop(); err != nil {
+		t.Fatalf("agent of the fenced primary: %v", err)
+	}
+	primary = pgtest.StartAgent(t, primary.Config, primary.Instance, leases)
+	awaitFenced(t, primary, "fenced by the operator")
+
+	leases.Grant("db-1")
+	if _, err := client.Promote(ctx, endpointOf(standby), []string{agentapi.SlotName("db-0")}); err != nil {
+		t.Fatal(err)
+	}
+	rw.SetTarget(standby.Instance.Port)
+	insertRows(t, standby, 50, 60)
+	awaitRole(t, primary, agentapi.RoleReplica, 2)
+	follower := pgtest.Connect(t, primary.Instance, "app", credentials.AppPassword, "app")
+	pgtest.Eventually(t, "the old primary has every row", func() error {
+		var rows int
+		if err := follower.QueryRow(ctx, "SELECT count(*) FROM t").Scan(&rows); err != nil || rows != 60 {
+			return fmt.Errorf("%d rows (%v)", rows, err)
+		}
+		return nil
+	})
+	if s, _ := status(primary); s.Rejoined == nil || s.Rejoined.Method != agentapi.RejoinRewind {
+		t.Errorf("rejoin not reported: %+v", s)
+	}
+}
+
+// An API-server outage alone does not stop a primary whose standby still replies; once the
+// standby is gone too, the primary fences itself, and starts again only when the Lease is
+// granted to it again.
+func TestIsolatedPrimaryFencesItselfOnlyWithoutPeers(t *testing.T) {
+	primary, standby, _, leases := startPair(t)
+	leases.Fail(true)
+	time.Sleep(agentapi.LeaseFenceAfter + 3*time.Second)
+	insertRows(t, primary, 0, 1) // still a primary: its standby vouches for it
+	if err := standby.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	cutOff := time.Now()
+	awaitFenced(t, primary, "was not renewed")
+	if took := time.Since(cutOff); took > agentapi.PeerWindow+3*time.Second {
+		t.Errorf("fenced %s after its last peer left, want within %s", took, agentapi.PeerWindow)
+	}
+	leases.Fail(false)
+	time.Sleep(3 * time.Second)
+	awaitFenced(t, primary, "was not renewed") // the Lease is back but was not granted again
+	leases.Grant("db-0")
+	awaitRole(t, primary, agentapi.RolePrimary, 1)
+	insertRows(t, primary, 1, 2)
+}
+
+// A primary whose postmaster dies is not restarted behind the operator's back: it is fenced
+// until the Lease is granted again.
+func TestCrashedPrimaryIsFencedNotRestarted(t *testing.T) {
+	leases := pgtest.NewMemoryLeases("db-0")
+	inst := pgtest.NewInstance(t, "db-0")
+	primary := pgtest.StartAgent(t, agentConfig(t, "db-0", inst, inst.Port), inst, leases)
+	awaitRole(t, primary, agentapi.RolePrimary, 1)
+	pgtest.Eventually(t, "the app role exists", func() error {
+		conn, err := postgres.Connect(context.Background(), inst.Port, "app", credentials.AppPassword, "app")
+		if err == nil {
+			_ = conn.Close(context.Background())
+		}
+		return err
+	})
+	pidFile, err := os.ReadFile(filepath.Join(inst.DataDir, "postmaster.pid"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid, _ := strconv.Atoi(strings.SplitN(string(pidFile), "\n", 2)[0])
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	awaitFenced(t, primary, "postgres exited")
+	time.Sleep(2 * time.Second)
+	awaitFenced(t, primary, "postgres exited")
+	leases.Grant("db-0")
+	awaitRole(t, primary, agentapi.RolePrimary, 1)
+	insertRows(t, primary, 0, 2)
+}

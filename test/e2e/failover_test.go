@@ -1,0 +1,112 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	pgv1 "github.com/pgpilot/pgpilot-operator/api/v1alpha1"
+)
+
+// failoverSpecs inject faults into the primary of the shared replication cluster, each under
+// a write checker through -rw: the cluster must elect a new primary, the old one must come back
+// as a standby, and every acknowledged write must be on the new primary (asynchronous mode may
+// lose what a killed primary had not yet sent; the count is reported).
+func failoverSpecs(cluster **pgv1.PostgresCluster) {
+	It("fails over when the primary's postmaster is killed, and the old primary rejoins", func(ctx SpecContext) {
+		underFault(ctx, *cluster, "kill -9 of the primary's postmaster", false, func(old *corev1.Pod) {
+			killPostmaster(old)
+		})
+	})
+	It("fails over when the primary's pod is deleted, losing no acknowledged write", func(ctx SpecContext) {
+		underFault(ctx, *cluster, "primary pod deleted", true, func(old *corev1.Pod) {
+			Expect(k8s.Delete(ctx, old)).To(Succeed())
+		})
+	})
+}
+
+// underFault runs fault on the primary's pod while a write checker writes, waits for a new
+// primary and every instance streaming again, and reports the figures.
+func underFault(ctx context.Context, cluster *pgv1.PostgresCluster, name string, zeroLoss bool, fault func(*corev1.Pod)) {
+	current := &pgv1.PostgresCluster{}
+	Expect(k8s.Get(ctx, client.ObjectKeyFromObject(cluster), current)).To(Succeed())
+	old := &corev1.Pod{}
+	Expect(k8s.Get(ctx, client.ObjectKey{Namespace: cluster.Namespace, Name: current.Status.CurrentPrimary}, old)).To(Succeed())
+	checker := startWriteChecker(ctx, cluster)
+	time.Sleep(2 * time.Second) // writes acknowledged before the fault, too
+	start := time.Now()
+	fault(old)
+	Eventually(func(g Gomega) {
+		g.Expect(k8s.Get(ctx, client.ObjectKeyFromObject(cluster), current)).To(Succeed())
+		g.Expect(current.Status.CurrentPrimary).NotTo(Equal(old.Name))
+		g.Expect(current.Status.Phase).To(Equal(pgv1.PhaseReady))
+	}).WithTimeout(4 * time.Minute).WithPolling(time.Second).Should(Succeed())
+	AddReportEntry(name+": fault to Ready with "+old.Name+" streaming from "+current.Status.CurrentPrimary,
+		time.Since(start).Round(100*time.Millisecond).String())
+	time.Sleep(2 * time.Second) // and after it
+	report := checker.stopAndVerify(ctx)
+	AddReportEntry(name+": write checker (the longest gap is the RTO)", report.String())
+	Expect(report.Acknowledged).To(BeNumerically(">", 0))
+	if zeroLoss {
+		Expect(report.Lost).To(BeZero(), "acknowledged writes lost: %s", report)
+	}
+	expectReplication(ctx, cluster, current.Spec.Instances)
+	Expect(current.Status.Timeline).To(BeNumerically(">", 1))
+	Expect(clusterEventReasons(ctx, cluster, start)).To(ContainElements("FailoverStarted", "Fenced", "Promoted", "FailoverCompleted"))
+}
+
+// clusterEventReasons are the reasons of the Events about cluster since since.
+func clusterEventReasons(ctx context.Context, cluster *pgv1.PostgresCluster, since time.Time) []string {
+	list := &eventsv1.EventList{}
+	Expect(k8s.List(ctx, list, client.InNamespace(cluster.Namespace))).To(Succeed())
+	var reasons []string
+	for _, e := range list.Items {
+		if e.Regarding.Name == cluster.Name && !e.EventTime.Time.Before(since.Add(-time.Second)) {
+			reasons = append(reasons, e.Reason)
+		}
+	}
+	return reasons
+}
+
+// killPostmaster sends SIGKILL to the postmaster of pod, found on this node by the environment
+// its agent gave it (the suite shares the node's PID view).
+func killPostmaster(pod *corev1.Pod) {
+	want := [][]byte{[]byte("PGPILOT_POD_NAME=" + pod.Name + "\x00"), []byte("PGPILOT_NAMESPACE=" + pod.Namespace + "\x00")}
+	procs, err := filepath.Glob("/proc/[0-9]*")
+	Expect(err).NotTo(HaveOccurred())
+	for _, proc := range procs {
+		cmdline, _ := os.ReadFile(filepath.Join(proc, "cmdline"))
+		if filepath.Base(string(bytes.SplitN(cmdline, []byte{0}, 2)[0])) != "postgres" {
+			continue
+		}
+		environ, _ := os.ReadFile(filepath.Join(proc, "environ"))
+		if !bytes.Contains(environ, want[0]) || !bytes.Contains(environ, want[1]) {
+			continue
+		}
+		// The postmaster is the one whose parent is not a postgres process (it is the agent).
+		stat, _ := os.ReadFile(filepath.Join(proc, "stat"))
+		fields := bytes.Fields(stat[bytes.LastIndexByte(stat, ')')+1:])
+		parentCmd, _ := os.ReadFile(fmt.Sprintf("/proc/%s/cmdline", fields[1]))
+		if filepath.Base(string(bytes.SplitN(parentCmd, []byte{0}, 2)[0])) == "postgres" {
+			continue
+		}
+		pid, _ := strconv.Atoi(filepath.Base(proc))
+		By(fmt.Sprintf("SIGKILL to the postmaster of %s (pid %d)", pod.Name, pid))
+		Expect(syscall.Kill(pid, syscall.SIGKILL)).To(Succeed())
+		return
+	}
+	Fail("no postmaster found for " + pod.Name)
+}
