@@ -8,6 +8,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	pgv1 "github.com/pgpilot/pgpilot-operator/api/v1alpha1"
 	pgbuilder "github.com/pgpilot/pgpilot-operator/internal/builder"
@@ -29,7 +30,7 @@ func (r *PostgresClusterReconciler) switchover(ctx context.Context, s *scope) (*
 		return nil, nil // a failover runs
 	}
 	if s.targetPrimary == "" {
-		return r.startSwitchover(s)
+		return r.startSwitchover(ctx, s)
 	}
 	old, target := s.cluster.Status.CurrentPrimary, s.targetPrimary
 	s.primary = old // the status keeps naming it until the target is promoted
@@ -81,10 +82,13 @@ func (r *PostgresClusterReconciler) switchover(ctx context.Context, s *scope) (*
 
 // startSwitchover begins a switchover when the annotation names an instance other than the
 // primary, the cluster is healthy and the target streams; else it says why it waits.
-func (r *PostgresClusterReconciler) startSwitchover(s *scope) (*stop, error) {
+func (r *PostgresClusterReconciler) startSwitchover(ctx context.Context, s *scope) (*stop, error) {
 	target := s.cluster.Annotations[pgv1.SwitchoverAnnotation]
 	current := s.cluster.Status.CurrentPrimary
-	if target == "" || target == current || current == "" {
+	if target != "" && target == current {
+		return nil, r.consumeSwitchoverTrigger(ctx, s)
+	}
+	if target == "" || current == "" {
 		return nil, nil
 	}
 	if s.observed.pod(target) == nil {
@@ -100,6 +104,18 @@ func (r *PostgresClusterReconciler) startSwitchover(s *scope) (*stop, error) {
 	r.event(s.cluster, s.observed.pod(target), corev1.EventTypeNormal, "SwitchoverStarted", "Switchover",
 		"Switching over from %s to %s", current, target)
 	return switchingOver(fmt.Sprintf("switching over from %s to %s", current, target)), nil
+}
+
+// consumeSwitchoverTrigger removes the annotation once its target is the primary: it asked for
+// one switchover, and must not move the primary back after a later failover.
+func (r *PostgresClusterReconciler) consumeSwitchoverTrigger(ctx context.Context, s *scope) error {
+	consumed := s.cluster.DeepCopy()
+	delete(consumed.Annotations, pgv1.SwitchoverAnnotation)
+	if err := r.Patch(ctx, consumed, client.MergeFrom(s.cluster), client.FieldOwner(pgbuilder.FieldOwner)); err != nil {
+		return fmt.Errorf("remove the switchover annotation: %w", client.IgnoreNotFound(err))
+	}
+	recordWrite("PostgresCluster", "annotation removed")
+	return nil
 }
 
 func (r *PostgresClusterReconciler) demoteForSwitchover(ctx context.Context, s *scope, old string) (*stop, error) {

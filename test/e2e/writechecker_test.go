@@ -23,8 +23,10 @@ import (
 // not be there, and none can be there twice (the id is the key).
 type writeChecker struct {
 	connInfo string
-	stop     chan struct{}
-	done     chan struct{}
+	// table is the checker's own, so that runs on one cluster do not collide.
+	table string
+	stop  chan struct{}
+	done  chan struct{}
 
 	mu         sync.Mutex
 	acked      []int64
@@ -42,7 +44,8 @@ func startWriteChecker(ctx context.Context, cluster *pgv1.PostgresCluster) *writ
 		connInfo: postgres.ConnInfo("host", svc.Spec.ClusterIP, "port", "5432", "dbname", "app",
 			"user", string(secret.Data[corev1.BasicAuthUsernameKey]), "password", string(secret.Data[corev1.BasicAuthPasswordKey]),
 			"connect_timeout", "2"),
-		stop: make(chan struct{}), done: make(chan struct{}),
+		table: fmt.Sprintf("write_checker_%d", time.Now().UnixNano()),
+		stop:  make(chan struct{}), done: make(chan struct{}),
 	}
 	Eventually(func() error {
 		conn, err := w.connect(ctx)
@@ -50,7 +53,7 @@ func startWriteChecker(ctx context.Context, cluster *pgv1.PostgresCluster) *writ
 			return err
 		}
 		defer func() { _ = conn.Close(ctx) }()
-		_, err = conn.Exec(ctx, "CREATE TABLE IF NOT EXISTS write_checker (id bigint PRIMARY KEY)")
+		_, err = conn.Exec(ctx, "CREATE TABLE IF NOT EXISTS "+w.table+" (id bigint PRIMARY KEY)")
 		return err
 	}).WithTimeout(time.Minute).Should(Succeed())
 	go w.run(ctx)
@@ -103,7 +106,7 @@ func (w *writeChecker) insert(ctx context.Context, conn **pgx.Conn, id int64) er
 	}
 	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
-	if _, err := (*conn).Exec(ctx, "INSERT INTO write_checker VALUES ($1)", id); err != nil {
+	if _, err := (*conn).Exec(ctx, "INSERT INTO "+w.table+" VALUES ($1)", id); err != nil {
 		_ = (*conn).Close(context.Background())
 		*conn = nil
 		return err
@@ -133,7 +136,7 @@ func (w *writeChecker) stopAndVerify(ctx context.Context) writeReport {
 			return err
 		}
 		defer func() { _ = conn.Close(ctx) }()
-		rows, err := conn.Query(ctx, "SELECT id FROM write_checker")
+		rows, err := conn.Query(ctx, "SELECT id FROM "+w.table)
 		if err != nil {
 			return err
 		}

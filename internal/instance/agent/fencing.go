@@ -10,8 +10,6 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/pgpilot/pgpilot-operator/internal/instance/agentapi"
 	"github.com/pgpilot/pgpilot-operator/internal/instance/postgres"
 )
@@ -286,10 +284,10 @@ func (a *Agent) rejoin(ctx context.Context) error {
 			rejoined.OldCheckpoint, rejoined.OldTimeline = control.CheckpointLSN, control.Timeline
 		}
 		rewound, err := a.Instance.Rewind(ctx, a.superuserConnInfo())
+		if errors.Is(err, postgres.ErrRewindSourceUnreachable) {
+			return fmt.Errorf("the primary does not answer yet: %w", err)
+		}
 		if err != nil {
-			if !a.primaryAnswers(ctx) {
-				return fmt.Errorf("rewind (the primary does not answer yet): %w", err)
-			}
 			a.Log.Error(err, "rewind failed; cloning the primary afresh")
 			if err := removeContents(a.Instance.DataDir); err != nil {
 				return err
@@ -315,15 +313,6 @@ func (a *Agent) rejoin(ctx context.Context) error {
 		return err
 	}
 	return a.liftFence()
-}
-
-func (a *Agent) primaryAnswers(ctx context.Context) bool {
-	conn, err := pgx.Connect(ctx, a.superuserConnInfo())
-	if err != nil {
-		return false
-	}
-	_ = conn.Close(ctx)
-	return true
 }
 
 func (a *Agent) lastRejoin() *agentapi.Rejoin {

@@ -117,6 +117,10 @@ type Rewind struct {
 	NoRewindNeeded bool
 }
 
+// ErrRewindSourceUnreachable: the rewind did not start, the source did not answer; try again
+// later rather than giving up on the data directory.
+var ErrRewindSourceUnreachable = errors.New("rewind: cannot connect to the source")
+
 // Rewind synchronises the stopped server with the running server sourceConnInfo names (a
 // superuser connection), so that it can follow it as a standby without a new clone. It needs
 // data checksums or wal_log_hints (pgpilot has both). pg_rewind brings a server that crashed to
@@ -129,7 +133,7 @@ func (i *Instance) Rewind(ctx context.Context, sourceConnInfo string) (Rewind, e
 	// checkpoint, and pg_rewind (before PostgreSQL 16) would find nothing to rewind.
 	source, err := pgx.Connect(ctx, sourceConnInfo)
 	if err != nil {
-		return Rewind{}, fmt.Errorf("rewind: connect to the source: %w", err)
+		return Rewind{}, fmt.Errorf("%w: %w", ErrRewindSourceUnreachable, err)
 	}
 	_, err = source.Exec(ctx, "CHECKPOINT")
 	_ = source.Close(ctx)

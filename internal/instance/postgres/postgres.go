@@ -4,6 +4,7 @@
 package postgres
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -77,16 +78,16 @@ func (i *Instance) InitDB(ctx context.Context, superuserPassword string) error {
 // Clone copies the primary's data with pg_basebackup as a streaming standby: standby.signal
 // and primary_conninfo are written (-R), and a physical replication slot named slot is
 // created on the primary (-C) so it keeps the WAL this standby has not received yet.
+// A slot that exists already (a former primary rejoining: the promotion created it) is used as
+// it is.
 func (i *Instance) Clone(ctx context.Context, primaryConnInfo, slot string) error {
-	return i.run(ctx, "pg_basebackup",
-		"--pgdata="+i.DataDir,
-		"--dbname="+primaryConnInfo,
-		"--wal-method=stream",
-		"--write-recovery-conf",
-		"--create-slot", "--slot="+slot,
-		"--checkpoint=fast",
-		"--no-password",
-	)
+	args := []string{"--pgdata=" + i.DataDir, "--dbname=" + primaryConnInfo, "--wal-method=stream",
+		"--write-recovery-conf", "--slot=" + slot, "--checkpoint=fast", "--no-password"}
+	out, err := i.output(ctx, "pg_basebackup", append(args, "--create-slot")...)
+	if err != nil && bytes.Contains(out, []byte("already exists")) {
+		_, err = i.output(ctx, "pg_basebackup", args...)
+	}
+	return err
 }
 
 // Start runs the postmaster as a child process and returns once it is started (not ready).
