@@ -25,6 +25,7 @@ var ManagedParameters = []string{
 	"restore_command",
 	"recovery_target_timeline",
 	"cluster_name",
+	"synchronous_standby_names",
 }
 
 // ManagedParameterMessage is what the API server says when spec.postgresql.parameters sets

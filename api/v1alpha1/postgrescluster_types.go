@@ -8,6 +8,7 @@ import (
 
 // PostgresClusterSpec is the desired state of a highly available PostgreSQL cluster.
 // +kubebuilder:validation:XValidation:rule="self.bootstrap == oldSelf.bootstrap",message="spec.bootstrap is immutable: the cluster has already been initialised from it"
+// +kubebuilder:validation:XValidation:rule="!has(self.postgresql) || !has(self.postgresql.synchronous) || !has(self.postgresql.synchronous.number) || self.postgresql.synchronous.number < (has(self.instances) ? self.instances : 3)",message="postgresql.synchronous.number must be smaller than instances: only the standbys can confirm commits"
 type PostgresClusterSpec struct {
 	// Number of PostgreSQL instances: one primary plus instances-1 streaming replicas.
 	// +kubebuilder:validation:Minimum=1
@@ -105,7 +106,7 @@ type StorageSpec struct {
 // one setting and each pg_hba entry to one record.
 // +kubebuilder:validation:XValidation:rule=`!has(self.parameters) || self.parameters.all(k, k.matches('^[A-Za-z_][A-Za-z0-9_]*([.][A-Za-z_][A-Za-z0-9_]*)?$'))`,message="postgresql.parameters names must be PostgreSQL setting names: a letter or '_', then letters, digits and '_', with at most one '.' (extension.setting)"
 // +kubebuilder:validation:XValidation:rule=`!has(self.parameters) || self.parameters.all(k, !(k.lowerAscii() in ['include', 'include_dir', 'include_if_exists']))`,message="postgresql.parameters cannot set include, include_dir or include_if_exists: they make PostgreSQL read other files"
-// +kubebuilder:validation:XValidation:rule=`!has(self.parameters) || self.parameters.all(k, k == k.lowerAscii() || !(k.lowerAscii() in ['listen_addresses', 'port', 'unix_socket_directories', 'data_directory', 'config_file', 'hba_file', 'ident_file', 'external_pid_file', 'wal_level', 'hot_standby', 'wal_log_hints', 'password_encryption', 'primary_conninfo', 'primary_slot_name', 'restore_command', 'recovery_target_timeline', 'cluster_name']))`,message="postgresql.parameters names a setting managed by pgpilot in other letter case: PostgreSQL setting names are case-insensitive"
+// +kubebuilder:validation:XValidation:rule=`!has(self.parameters) || self.parameters.all(k, k == k.lowerAscii() || !(k.lowerAscii() in ['listen_addresses', 'port', 'unix_socket_directories', 'data_directory', 'config_file', 'hba_file', 'ident_file', 'external_pid_file', 'wal_level', 'hot_standby', 'wal_log_hints', 'password_encryption', 'primary_conninfo', 'primary_slot_name', 'restore_command', 'recovery_target_timeline', 'cluster_name', 'synchronous_standby_names']))`,message="postgresql.parameters names a setting managed by pgpilot in other letter case: PostgreSQL setting names are case-insensitive"
 // +kubebuilder:validation:XValidation:rule=`!has(self.parameters) || self.parameters.all(k, !self.parameters[k].matches('[\\r\\n\\x00]'))`,message="postgresql.parameters values cannot contain line breaks or NUL characters"
 // +kubebuilder:validation:XValidation:rule=`!has(self.pgHBA) || self.pgHBA.all(l, !l.matches('[\\r\\n\\x00]'))`,message="postgresql.pgHBA entries cannot contain line breaks or NUL characters: each entry is one pg_hba.conf line"
 // +kubebuilder:validation:XValidation:rule=`!has(self.pgHBA) || self.pgHBA.all(l, !l.matches('\\\\\\s*$'))`,message="postgresql.pgHBA entries cannot end with a backslash: PostgreSQL would continue the entry onto pgpilot's next rule"
@@ -131,6 +132,7 @@ type PostgreSQLSpec struct {
 	// +kubebuilder:validation:XValidation:rule="!('restore_command' in self)",message="postgresql.parameters.restore_command is managed by pgpilot and cannot be set"
 	// +kubebuilder:validation:XValidation:rule="!('recovery_target_timeline' in self)",message="postgresql.parameters.recovery_target_timeline is managed by pgpilot and cannot be set"
 	// +kubebuilder:validation:XValidation:rule="!('cluster_name' in self)",message="postgresql.parameters.cluster_name is managed by pgpilot and cannot be set"
+	// +kubebuilder:validation:XValidation:rule="!('synchronous_standby_names' in self)",message="postgresql.parameters.synchronous_standby_names is managed by pgpilot and cannot be set"
 	// +optional
 	// +operator-sdk:csv:customresourcedefinitions:type=spec,displayName="PostgreSQL Parameters",xDescriptors={"urn:alm:descriptor:com.tectonic.ui:advanced"}
 	Parameters map[string]ParameterValue `json:"parameters,omitempty"`
@@ -142,7 +144,46 @@ type PostgreSQLSpec struct {
 	// +optional
 	// +operator-sdk:csv:customresourcedefinitions:type=spec,displayName="Extra pg_hba.conf Rules",xDescriptors={"urn:alm:descriptor:com.tectonic.ui:advanced"}
 	PgHBA []string `json:"pgHBA,omitempty"`
+
+	// Synchronous replication: a commit is acknowledged only once enough standbys have it on
+	// disk. Absent, replication is asynchronous. pgpilot writes synchronous_standby_names.
+	// +optional
+	// +operator-sdk:csv:customresourcedefinitions:type=spec,displayName="Synchronous Replication"
+	Synchronous *SynchronousSpec `json:"synchronous,omitempty"`
 }
+
+// SynchronousSpec is how many standbys confirm each commit, and what happens when too few can.
+type SynchronousSpec struct {
+	// any: any `number` of the standbys (quorum); first: the first `number` in instance order
+	// that are connected.
+	// +kubebuilder:validation:Enum=any;first
+	// +kubebuilder:default=any
+	// +optional
+	Method string `json:"method,omitempty"`
+
+	// How many standbys must confirm each commit.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:default=1
+	// +optional
+	Number int32 `json:"number,omitempty"`
+
+	// required: a commit waits until `number` standbys confirm it, even when fewer are
+	// connected, and a failover only promotes a replica that provably holds every acknowledged
+	// commit. preferred: the primary asks only the standbys that stream at the moment, so
+	// commits never wait on a missing standby, and a failover may lose the last ones.
+	// +kubebuilder:validation:Enum=required;preferred
+	// +kubebuilder:default=required
+	// +optional
+	DataDurability string `json:"dataDurability,omitempty"`
+}
+
+// Synchronous replication modes.
+const (
+	SynchronousAny      = "any"
+	SynchronousFirst    = "first"
+	DurabilityRequired  = "required"
+	DurabilityPreferred = "preferred"
+)
 
 // BootstrapSpec says how a new cluster gets its data.
 type BootstrapSpec struct {
@@ -277,6 +318,11 @@ type PostgresClusterStatus struct {
 	// When targetPrimary was set.
 	// +optional
 	TargetPrimaryTimestamp *metav1.Time `json:"targetPrimaryTimestamp,omitempty"`
+
+	// The switchover annotation's value pgpilot last acted on: the annotation asks for one
+	// switchover, not for a primary to be kept; remove it to ask again for the same instance.
+	// +optional
+	SwitchoverRequest string `json:"switchoverRequest,omitempty"`
 
 	// Why a running failover started (what failed); empty during a switchover.
 	// +optional

@@ -1,6 +1,8 @@
 package builder
 
 import (
+	"cmp"
+	"encoding/json"
 	"fmt"
 	"maps"
 	"regexp"
@@ -140,13 +142,36 @@ func hbaLine(entry string) string {
 
 // BuildConfigMap holds the instances' configuration files.
 func BuildConfigMap(c *pgv1.PostgresCluster) *corev1ac.ConfigMapApplyConfiguration {
+	data := map[string]string{
+		agentapi.PostgresqlConfFile: PostgresqlConf(c),
+		agentapi.HBAConfFile:        PgHBAConf(c),
+	}
+	if sync := SynchronousConfig(c); sync != nil {
+		encoded, _ := json.Marshal(sync) // strings and numbers only
+		data[agentapi.SynchronousFile] = string(encoded)
+	}
 	return corev1ac.ConfigMap(ConfigMapName(c), c.Namespace).
 		WithLabels(CommonLabels(c)).
 		WithOwnerReferences(ownerReference(c)).
-		WithData(map[string]string{
-			agentapi.PostgresqlConfFile: PostgresqlConf(c),
-			agentapi.HBAConfFile:        PgHBAConf(c),
-		})
+		WithData(data)
+}
+
+// SynchronousConfig is what the primary's agent sets synchronous_standby_names from; nil for
+// asynchronous replication.
+func SynchronousConfig(c *pgv1.PostgresCluster) *agentapi.SynchronousConfig {
+	sync := c.Spec.PostgreSQL.Synchronous
+	if sync == nil {
+		return nil
+	}
+	config := &agentapi.SynchronousConfig{
+		Method:     cmp.Or(sync.Method, pgv1.SynchronousAny),
+		Number:     int(max(sync.Number, 1)),
+		Durability: cmp.Or(sync.DataDurability, pgv1.DurabilityRequired),
+	}
+	for i := range int(c.Spec.Instances) {
+		config.Instances = append(config.Instances, InstancePodName(c, i))
+	}
+	return config
 }
 
 // quoteEscapes are the characters a postgresql.conf string literal cannot hold as they are.

@@ -8,6 +8,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	pgv1 "github.com/pgpilot/pgpilot-operator/api/v1alpha1"
 	pgbuilder "github.com/pgpilot/pgpilot-operator/internal/builder"
 	"github.com/pgpilot/pgpilot-operator/internal/instance/agentapi"
 )
@@ -107,5 +108,38 @@ func TestLeaseLapse(t *testing.T) {
 	if agentapi.LeaseExpiry <= agentapi.LeaseFenceAfter+agentapi.LeaseRequestTimeout+2*time.Second ||
 		agentapi.PeersGoneWait <= agentapi.PeerWindow+2*time.Second {
 		t.Error("the operator's waits do not cover the agent's fencing bound")
+	}
+}
+
+// In required mode a commit is on n of the N-1 standbys: N-n answering replicas must be seen.
+func TestQuorumShortfall(t *testing.T) {
+	answering := func(names ...string) *observed {
+		o := &observed{reports: map[string]*agentapi.Status{"db-0": {Fenced: true}}}
+		for _, name := range names {
+			o.reports[name] = replica("0/1", "0/1", false)
+		}
+		return o
+	}
+	for _, tc := range []struct {
+		name      string
+		instances int32
+		sync      *pgv1.SynchronousSpec
+		o         *observed
+		shortfall int
+	}{
+		{"asynchronous: no quorum", 3, nil, answering(), 0},
+		{"preferred: no quorum", 3, &pgv1.SynchronousSpec{Number: 1, DataDurability: pgv1.DurabilityPreferred}, answering(), 0},
+		{"ANY 1 of 2 standbys: both must answer", 3, &pgv1.SynchronousSpec{Number: 1, DataDurability: pgv1.DurabilityRequired}, answering("db-1"), 1},
+		{"ANY 1 of 2 standbys, both answer", 3, &pgv1.SynchronousSpec{Number: 1, DataDurability: pgv1.DurabilityRequired}, answering("db-1", "db-2"), 0},
+		{"ANY 2 of 4 standbys: three suffice", 5, &pgv1.SynchronousSpec{Number: 2, DataDurability: pgv1.DurabilityRequired}, answering("db-1", "db-2", "db-4"), 0},
+		{"ANY 2 of 4 standbys: two do not", 5, &pgv1.SynchronousSpec{Number: 2, DataDurability: pgv1.DurabilityRequired}, answering("db-1", "db-2"), 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := testCluster(tc.instances)
+			c.Spec.PostgreSQL.Synchronous = tc.sync
+			if got := quorumShortfall(c, tc.o, "db-0"); got != tc.shortfall {
+				t.Errorf("shortfall %d, want %d", got, tc.shortfall)
+			}
+		})
 	}
 }

@@ -76,6 +76,11 @@ func (r *PostgresClusterReconciler) detectFailure(s *scope, current string) (*st
 	if candidate == "" {
 		return waitFor("NoFailoverCandidate", problem+"; no replica answers to take over, so pgpilot waits for it to come back"), nil
 	}
+	if missing := quorumShortfall(s.cluster, s.observed, current); missing > 0 {
+		return waitFor("FailoverQuorumUnreachable", fmt.Sprintf(
+			"%s; with dataDurability required, %d more replica(s) must answer to be sure the one promoted holds every acknowledged commit",
+			problem, missing)), nil
+	}
 	s.targetPrimary, s.failoverReason = candidate, problem
 	r.event(s.cluster, s.observed.pod(candidate), corev1.EventTypeWarning, "FailoverStarted", "Failover",
 		"%s; failing over to %s, the replica holding the most WAL", problem, candidate)
@@ -162,6 +167,23 @@ func chooseCandidate(o *observed, primary string) string {
 	return slices.MinFunc(candidates, func(a, b candidate) int {
 		return cmp.Or(cmp.Compare(b.received, a.received), cmp.Compare(b.replayed, a.replayed), compareNames(a.name, b.name))
 	}).name
+}
+
+// quorumShortfall is how many more replicas must answer before a failover may promote one in
+// required mode. Every acknowledged commit is on at least n of the N-1 standbys, so any N-n of
+// them include one that has it, and the one of those that received the most WAL has them all.
+func quorumShortfall(c *pgv1.PostgresCluster, o *observed, primary string) int {
+	sync := c.Spec.PostgreSQL.Synchronous
+	if sync == nil || sync.DataDurability == pgv1.DurabilityPreferred {
+		return 0
+	}
+	answering := 0
+	for name, report := range o.reports {
+		if name != primary && report.Role == agentapi.RoleReplica {
+			answering++
+		}
+	}
+	return max(0, int(c.Spec.Instances-max(sync.Number, 1))-answering)
 }
 
 // claimsOtherThan: an instance other than primary says it is a primary.

@@ -72,7 +72,7 @@ type summary struct {
 	// credentialsVersions, once announced; nil keeps what the status has.
 	credentialsVersions map[string]string
 	// targetPrimary and switchoverLSN: a running switchover; with failoverReason, a failover.
-	targetPrimary, switchoverLSN, failoverReason string
+	targetPrimary, switchoverLSN, failoverReason, switchoverRequest string
 	// timeline is the primary's, 0 when its agent did not say.
 	timeline int64
 	// now stamps the primary and target changes.
@@ -89,10 +89,11 @@ func summarize(s *scope) summary {
 		waiting:    s.waiting,
 		failure:    s.failure,
 
-		targetPrimary:  s.targetPrimary,
-		switchoverLSN:  s.switchoverLSN,
-		failoverReason: s.failoverReason,
-		now:            metav1.Now(),
+		targetPrimary:     s.targetPrimary,
+		switchoverLSN:     s.switchoverLSN,
+		failoverReason:    s.failoverReason,
+		switchoverRequest: s.switchoverRequest,
+		now:               metav1.Now(),
 	}
 	if report := s.observed.reports[sum.primary]; report != nil && report.Role == agentapi.RolePrimary {
 		sum.timeline = report.Timeline
@@ -161,6 +162,7 @@ func computeStatus(status *pgv1.PostgresClusterStatus, o summary) {
 		}
 	}
 	status.TargetPrimary, status.SwitchoverLSN, status.FailoverReason = o.targetPrimary, o.switchoverLSN, o.failoverReason
+	status.SwitchoverRequest = o.switchoverRequest
 	status.OperatorVersion = o.operator
 	if o.instancesStatus != nil {
 		status.InstancesStatus = o.instancesStatus

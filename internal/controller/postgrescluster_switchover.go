@@ -8,7 +8,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	pgv1 "github.com/pgpilot/pgpilot-operator/api/v1alpha1"
 	pgbuilder "github.com/pgpilot/pgpilot-operator/internal/builder"
@@ -30,7 +29,7 @@ func (r *PostgresClusterReconciler) switchover(ctx context.Context, s *scope) (*
 		return nil, nil // a failover runs
 	}
 	if s.targetPrimary == "" {
-		return r.startSwitchover(ctx, s)
+		return r.startSwitchover(s)
 	}
 	old, target := s.cluster.Status.CurrentPrimary, s.targetPrimary
 	s.primary = old // the status keeps naming it until the target is promoted
@@ -82,13 +81,19 @@ func (r *PostgresClusterReconciler) switchover(ctx context.Context, s *scope) (*
 
 // startSwitchover begins a switchover when the annotation names an instance other than the
 // primary, the cluster is healthy and the target streams; else it says why it waits.
-func (r *PostgresClusterReconciler) startSwitchover(ctx context.Context, s *scope) (*stop, error) {
+func (r *PostgresClusterReconciler) startSwitchover(s *scope) (*stop, error) {
 	target := s.cluster.Annotations[pgv1.SwitchoverAnnotation]
 	current := s.cluster.Status.CurrentPrimary
-	if target != "" && target == current {
-		return nil, r.consumeSwitchoverTrigger(ctx, s)
+	// The annotation asks for one switchover: once acted on (or already true), it does nothing
+	// more, so a later failover does not move the primary back. Removing it re-arms it.
+	if target == s.switchoverRequest {
+		return nil, nil
 	}
-	if target == "" || current == "" {
+	if target == "" || target == current {
+		s.switchoverRequest = target
+		return nil, nil
+	}
+	if current == "" {
 		return nil, nil
 	}
 	if s.observed.pod(target) == nil {
@@ -100,22 +105,10 @@ func (r *PostgresClusterReconciler) startSwitchover(ctx context.Context, s *scop
 	if report == nil || report.Role != agentapi.RoleReplica || !report.Streaming || !assessHealth(s).allReady() {
 		return waitFor("SwitchoverWaiting", fmt.Sprintf("a switchover to %s waits for a healthy cluster in which it streams", target)), nil
 	}
-	s.targetPrimary = target
+	s.targetPrimary, s.switchoverRequest = target, target
 	r.event(s.cluster, s.observed.pod(target), corev1.EventTypeNormal, "SwitchoverStarted", "Switchover",
 		"Switching over from %s to %s", current, target)
 	return switchingOver(fmt.Sprintf("switching over from %s to %s", current, target)), nil
-}
-
-// consumeSwitchoverTrigger removes the annotation once its target is the primary: it asked for
-// one switchover, and must not move the primary back after a later failover.
-func (r *PostgresClusterReconciler) consumeSwitchoverTrigger(ctx context.Context, s *scope) error {
-	consumed := s.cluster.DeepCopy()
-	delete(consumed.Annotations, pgv1.SwitchoverAnnotation)
-	if err := r.Patch(ctx, consumed, client.MergeFrom(s.cluster), client.FieldOwner(pgbuilder.FieldOwner)); err != nil {
-		return fmt.Errorf("remove the switchover annotation: %w", client.IgnoreNotFound(err))
-	}
-	recordWrite("PostgresCluster", "annotation removed")
-	return nil
 }
 
 func (r *PostgresClusterReconciler) demoteForSwitchover(ctx context.Context, s *scope, old string) (*stop, error) {

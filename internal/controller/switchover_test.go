@@ -44,6 +44,7 @@ func TestSwitchoverSteps(t *testing.T) {
 		}
 		// What the status write would keep for the next reconcile.
 		cluster.Status.TargetPrimary, cluster.Status.SwitchoverLSN = s.targetPrimary, s.switchoverLSN
+		cluster.Status.SwitchoverRequest = s.switchoverRequest
 		return st
 	}
 	primary := &agentapi.Status{Role: agentapi.RolePrimary, Timeline: 1}
@@ -81,6 +82,12 @@ func TestSwitchoverSteps(t *testing.T) {
 	}
 	if len(agents.demoted) != 1 || len(agents.promoted) != 1 {
 		t.Errorf("role changes repeated: demoted %v, promoted %v", agents.demoted, agents.promoted)
+	}
+
+	// The annotation asked for one switchover: after a failover back to db-0 it does nothing.
+	cluster.Status.CurrentPrimary = "db-0"
+	if st := reconcile(map[string]*agentapi.Status{"db-0": primary, "db-1": replica("0/3000200")}); st != nil || cluster.Status.TargetPrimary != "" {
+		t.Fatalf("an acted-on annotation started another switchover: %+v, target %q", st, cluster.Status.TargetPrimary)
 	}
 
 	// Withdrawn before the demotion: cancelled, the primary stays.

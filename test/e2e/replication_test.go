@@ -42,6 +42,9 @@ var _ = Describe("Streaming replication", Ordered, func() {
 		cluster.Spec.Instances = 3
 		cluster.Spec.Storage.ReclaimPolicy = pgv1.PVCReclaimDelete
 		cluster.Spec.PostgreSQL.Parameters = nil // defaults; a spec below sets one
+		// Every acknowledged commit is on a standby too: the failover specs lose none.
+		cluster.Spec.PostgreSQL.Synchronous = &pgv1.SynchronousSpec{Method: pgv1.SynchronousAny, Number: 1,
+			DataDurability: pgv1.DurabilityRequired}
 		start := time.Now()
 		Expect(k8s.Create(ctx, cluster)).To(Succeed())
 		waitForReady(ctx, cluster, 8*time.Minute)

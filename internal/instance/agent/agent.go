@@ -159,6 +159,7 @@ func (a *Agent) supervise(ctx context.Context) error {
 			a.logFenceErr(a.fenceNow(fmt.Sprintf("postgres exited: %v", a.Instance.ExitErr()), a.currentLease().Transitions))
 		case now := <-ticker.C:
 			a.keepLease(ctx, now)
+			a.syncStandbys(ctx)
 			a.resolveFence(ctx)
 			if now.Sub(lastConfigCheck) < a.Options.ConfigInterval || !a.Instance.Running() {
 				continue

@@ -124,3 +124,22 @@ func StandbyReplies(ctx context.Context, conn *pgx.Conn) (map[string]string, err
 	}
 	return replies, nil
 }
+
+// EnsureSynchronousStandbyNames sets synchronous_standby_names (ALTER SYSTEM, then a reload)
+// when it differs; it reports whether it changed it.
+func EnsureSynchronousStandbyNames(ctx context.Context, conn *pgx.Conn, value string) (bool, error) {
+	var current string
+	if err := conn.QueryRow(ctx, "SELECT current_setting('synchronous_standby_names')").Scan(&current); err != nil {
+		return false, fmt.Errorf("read synchronous_standby_names: %w", err)
+	}
+	if current == value {
+		return false, nil
+	}
+	if _, err := conn.Exec(ctx, "ALTER SYSTEM SET synchronous_standby_names TO "+quoteLiteral(value)); err != nil {
+		return false, fmt.Errorf("set synchronous_standby_names: %w", err)
+	}
+	if _, err := conn.Exec(ctx, "SELECT pg_reload_conf()"); err != nil {
+		return false, fmt.Errorf("reload: %w", err)
+	}
+	return true, nil
+}
