@@ -113,10 +113,12 @@ func (r *PostgresClusterReconciler) fenceHolder(ctx context.Context, s *scope, h
 	if holder == "" {
 		return true, "it gave the primary lease up"
 	}
-	if report := s.observed.reports[holder]; report != nil && report.Fenced {
-		return true, "fenced: " + report.FencedReason
-	}
-	if pod := s.observed.pod(holder); pod != nil && pod.Status.PodIP != "" {
+	// Only an agent that answered this reconcile is asked: one cut off would hold the
+	// reconcile for the request's whole timeout.
+	if report, pod := s.observed.reports[holder], s.observed.pod(holder); report != nil && pod != nil {
+		if report.Fenced {
+			return true, "fenced: " + report.FencedReason
+		}
 		if status, err := r.agents().Fence(ctx, r.endpoint(s, pod)); err == nil && status.Fenced {
 			return true, "its agent stopped PostgreSQL on pgpilot's order"
 		}

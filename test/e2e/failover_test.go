@@ -79,32 +79,41 @@ func clusterEventReasons(ctx context.Context, cluster *pgv1.PostgresCluster, sin
 	return reasons
 }
 
-// killPostmaster sends SIGKILL to the postmaster of pod, found on this node by the environment
-// its agent gave it (the suite shares the node's PID view).
+// killPostmaster sends SIGKILL to the postmaster of pod.
 func killPostmaster(pod *corev1.Pod) {
+	pid, _ := findPostmaster(pod)
+	By(fmt.Sprintf("SIGKILL to the postmaster of %s (pid %d)", pod.Name, pid))
+	Expect(syscall.Kill(pid, syscall.SIGKILL)).To(Succeed())
+}
+
+// findPostmaster finds the postmaster of pod on this node (the suite shares the node's PID
+// view) by the environment its agent gave it, and returns it with its parent, the agent.
+func findPostmaster(pod *corev1.Pod) (postmaster, agent int) {
 	want := [][]byte{[]byte("PGPILOT_POD_NAME=" + pod.Name + "\x00"), []byte("PGPILOT_NAMESPACE=" + pod.Namespace + "\x00")}
 	procs, err := filepath.Glob("/proc/[0-9]*")
 	Expect(err).NotTo(HaveOccurred())
 	for _, proc := range procs {
-		cmdline, _ := os.ReadFile(filepath.Join(proc, "cmdline"))
-		if filepath.Base(string(bytes.SplitN(cmdline, []byte{0}, 2)[0])) != "postgres" {
+		if commandOf(proc) != "postgres" {
 			continue
 		}
 		environ, _ := os.ReadFile(filepath.Join(proc, "environ"))
 		if !bytes.Contains(environ, want[0]) || !bytes.Contains(environ, want[1]) {
 			continue
 		}
-		// The postmaster is the one whose parent is not a postgres process (it is the agent).
 		stat, _ := os.ReadFile(filepath.Join(proc, "stat"))
-		fields := bytes.Fields(stat[bytes.LastIndexByte(stat, ')')+1:])
-		parentCmd, _ := os.ReadFile(fmt.Sprintf("/proc/%s/cmdline", fields[1]))
-		if filepath.Base(string(bytes.SplitN(parentCmd, []byte{0}, 2)[0])) == "postgres" {
-			continue
+		parent := string(bytes.Fields(stat[bytes.LastIndexByte(stat, ')')+1:])[1])
+		if commandOf("/proc/"+parent) == "postgres" {
+			continue // a backend: the postmaster's parent is the agent
 		}
-		pid, _ := strconv.Atoi(filepath.Base(proc))
-		By(fmt.Sprintf("SIGKILL to the postmaster of %s (pid %d)", pod.Name, pid))
-		Expect(syscall.Kill(pid, syscall.SIGKILL)).To(Succeed())
-		return
+		postmaster, _ = strconv.Atoi(filepath.Base(proc))
+		agent, _ = strconv.Atoi(parent)
+		return postmaster, agent
 	}
 	Fail("no postmaster found for " + pod.Name)
+	return 0, 0
+}
+
+func commandOf(proc string) string {
+	cmdline, _ := os.ReadFile(filepath.Join(proc, "cmdline"))
+	return filepath.Base(string(bytes.SplitN(cmdline, []byte{0}, 2)[0]))
 }

@@ -116,6 +116,7 @@ var _ = Describe("Streaming replication", Ordered, func() {
 	})
 
 	failoverSpecs(&cluster)
+	partitionSpec(&cluster)
 
 	It("applies a parameter change and reports it", func(ctx SpecContext) {
 		Expect(retry.RetryOnConflict(retry.DefaultRetry, func() error {

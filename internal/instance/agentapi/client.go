@@ -81,11 +81,14 @@ func (h HTTPClient) Demote(ctx context.Context, e Endpoint) (*DemoteResponse, er
 	return answer, nil
 }
 
+// fenceTimeout covers an immediate shutdown, which kills a postmaster still running after 10 s.
+const fenceTimeout = 15 * time.Second
+
 // Fence stops the instance's PostgreSQL at once and keeps it stopped until the primary Lease
 // is granted again.
 func (h HTTPClient) Fence(ctx context.Context, e Endpoint) (*Status, error) {
 	answer := &Status{}
-	long := HTTPClient{Timeout: max(h.Timeout, roleChangeTimeout)}
+	long := HTTPClient{Timeout: max(h.Timeout, fenceTimeout)}
 	if err := long.call(ctx, e, http.MethodPost, PathFence, nil, http.StatusOK, answer); err != nil {
 		return nil, fmt.Errorf("fence: %w", err)
 	}

@@ -1,0 +1,115 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	pgv1 "github.com/pgpilot/pgpilot-operator/api/v1alpha1"
+)
+
+// partitionSpec cuts the primary's pod off from everything but its own loopback (the API
+// server, its standbys, the kubelet, the clients): rules in the pod's network namespace. The
+// old primary must stop accepting writes by itself before pgpilot grants the primary Lease to
+// another instance, and must rejoin as a standby once the partition heals.
+func partitionSpec(cluster **pgv1.PostgresCluster) {
+	It("fences a primary cut off from the API server and its peers before promoting another, and it rejoins after", func(ctx SpecContext) {
+		c := *cluster
+		current := &pgv1.PostgresCluster{}
+		Expect(k8s.Get(ctx, client.ObjectKeyFromObject(c), current)).To(Succeed())
+		old := &corev1.Pod{}
+		Expect(k8s.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: current.Status.CurrentPrimary}, old)).To(Succeed())
+		_, agent := findPostmaster(old)
+		netns := fmt.Sprintf("/proc/%d/ns/net", agent)
+		password := secretValue(ctx, c.Namespace, c.Name+"-superuser", corev1.BasicAuthPasswordKey)
+		Expect(acceptsWrites(netns, password)).To(BeTrue(), "the primary does not accept writes before the partition")
+
+		checker := startWriteChecker(ctx, c)
+		time.Sleep(2 * time.Second)
+		partition(netns, true)
+		DeferCleanup(partition, netns, false)
+		start := time.Now()
+		var fencedAfter, grantedAfter time.Duration
+		Eventually(func(g Gomega) {
+			if fencedAfter == 0 && !acceptsWrites(netns, password) {
+				fencedAfter = time.Since(start)
+			}
+			if holder, err := primaryLeaseHolder(ctx, c); grantedAfter == 0 && err == nil && holder != old.Name {
+				grantedAfter = time.Since(start)
+			}
+			g.Expect(fencedAfter).NotTo(BeZero(), "the isolated primary still accepts writes")
+			g.Expect(grantedAfter).NotTo(BeZero(), "the primary lease was not granted elsewhere")
+		}).WithTimeout(2 * time.Minute).WithPolling(250 * time.Millisecond).Should(Succeed())
+		AddReportEntry("partition: the isolated primary stopped accepting writes after", fencedAfter.Round(100*time.Millisecond).String())
+		AddReportEntry("partition: the primary lease was granted to another instance after", grantedAfter.Round(100*time.Millisecond).String())
+		Expect(fencedAfter).To(BeNumerically("<", grantedAfter), "split brain: another instance may have been promoted before the old primary stopped")
+
+		Eventually(func(g Gomega) {
+			g.Expect(k8s.Get(ctx, client.ObjectKeyFromObject(c), current)).To(Succeed())
+			g.Expect(current.Status.CurrentPrimary).NotTo(Equal(old.Name))
+		}).WithTimeout(2 * time.Minute).WithPolling(time.Second).Should(Succeed())
+		AddReportEntry("partition: a new primary after", time.Since(start).Round(100*time.Millisecond).String())
+		partition(netns, false)
+		Eventually(func(g Gomega) {
+			g.Expect(k8s.Get(ctx, client.ObjectKeyFromObject(c), current)).To(Succeed())
+			g.Expect(current.Status.Phase).To(Equal(pgv1.PhaseReady))
+		}).WithTimeout(3 * time.Minute).WithPolling(time.Second).Should(Succeed())
+		AddReportEntry("partition: healed to Ready with the old primary streaming", time.Since(start).Round(100*time.Millisecond).String())
+		time.Sleep(2 * time.Second)
+		report := checker.stopAndVerify(ctx)
+		AddReportEntry("partition: write checker", report.String())
+		Expect(report.Lost).To(BeZero(), "acknowledged writes lost: %s", report)
+		expectReplication(ctx, c, current.Spec.Instances)
+		Expect(clusterEventReasons(ctx, c, start)).To(ContainElements("FailoverStarted", "Fenced", "Promoted", "FailoverCompleted", "Rejoined"))
+	})
+}
+
+// partition drops (on) or lets through (off) every packet of the network namespace netns
+// that does not stay on its loopback.
+func partition(netns string, on bool) {
+	action := "-I"
+	if !on {
+		action = "-D"
+	}
+	for _, rule := range [][]string{{"INPUT", "!", "-i", "lo", "-j", "DROP"}, {"OUTPUT", "!", "-o", "lo", "-j", "DROP"}} {
+		args := append([]string{"--net=" + netns, "iptables", action}, rule...)
+		out, err := exec.Command("nsenter", args...).CombinedOutput()
+		if on || err == nil {
+			Expect(err).NotTo(HaveOccurred(), "nsenter %s: %s", strings.Join(args, " "), out)
+		}
+	}
+}
+
+// acceptsWrites asks the PostgreSQL of the pod whose network namespace is netns, over its
+// loopback, whether it is a primary that accepts connections.
+func acceptsWrites(netns, password string) bool {
+	cmd := exec.Command("nsenter", "--net="+netns, "psql", "-h", "127.0.0.1", "-U", "postgres", "-d", "postgres", "-tAc",
+		"SELECT NOT pg_is_in_recovery()")
+	cmd.Env = append(os.Environ(), "PGPASSWORD="+password, "PGCONNECT_TIMEOUT=1")
+	out, err := cmd.Output()
+	return err == nil && strings.TrimSpace(string(out)) == "t"
+}
+
+func primaryLeaseHolder(ctx context.Context, c *pgv1.PostgresCluster) (string, error) {
+	lease := &coordinationv1.Lease{}
+	err := k8s.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: c.Name + "-primary"}, lease)
+	return ptr.Deref(lease.Spec.HolderIdentity, ""), err
+}
+
+func secretValue(ctx context.Context, namespace, name, key string) string {
+	secret := &corev1.Secret{}
+	Expect(k8s.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, secret)).To(Succeed())
+	return string(secret.Data[key])
+}
