@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -95,5 +96,27 @@ func TestFailoverWaitsForAnUnreachablePrimarysLease(t *testing.T) {
 	}
 	if holder := leaseHolderIn(t, leases, cluster); holder != "db-0" || len(agents.fenced) != 0 {
 		t.Fatalf("lease granted to %q (fence orders %v) while the holder's lease had not lapsed", holder, agents.fenced)
+	}
+}
+
+// With no replica to take over, a fenced primary gets the Lease back and starts again: a
+// single instance after its pod restarted or its PostgreSQL crashed.
+func TestFencedPrimaryWithoutCandidateRestarts(t *testing.T) {
+	cluster := testCluster(1)
+	cluster.Status.CurrentPrimary = "db-0"
+	r, _, leases := reconcilerWithLease(cluster)
+	s := newScope(cluster)
+	s.observed = &observed{pods: []corev1.Pod{testPod("db-0", pgbuilder.RoleReplica, false)},
+		reports: map[string]*agentapi.Status{"db-0": {Fenced: true, FencedReason: "the primary lease names no instance"}}}
+	st, err := r.failover(context.Background(), s)
+	if err != nil || st == nil || st.reason != "PrimaryRestarting" {
+		t.Fatalf("%+v %v", st, err)
+	}
+	lease := &coordinationv1.Lease{}
+	if err := leases.Get(context.Background(), client.ObjectKey{Namespace: cluster.Namespace, Name: pgbuilder.PrimaryLeaseName(cluster)}, lease); err != nil {
+		t.Fatal(err)
+	}
+	if leaseHolder(lease) != "db-0" || *lease.Spec.LeaseTransitions != 2 {
+		t.Errorf("lease %+v, want granted again to db-0", lease.Spec)
 	}
 }

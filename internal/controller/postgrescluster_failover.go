@@ -29,7 +29,7 @@ func (r *PostgresClusterReconciler) failover(ctx context.Context, s *scope) (*st
 		if claimsOtherThan(s.observed, current) {
 			return nil, nil // a completed switchover or failover: decidePrimary records it, or refuses two claims
 		}
-		return r.detectFailure(s, current)
+		return r.detectFailure(ctx, s, current)
 	}
 	s.primary = current
 	target := s.targetPrimary
@@ -61,7 +61,7 @@ func (r *PostgresClusterReconciler) failover(ctx context.Context, s *scope) (*st
 
 // detectFailure starts a failover once the primary has been failed for spec.failoverDelay and
 // a replica can take over.
-func (r *PostgresClusterReconciler) detectFailure(s *scope, current string) (*stop, error) {
+func (r *PostgresClusterReconciler) detectFailure(ctx context.Context, s *scope, current string) (*stop, error) {
 	problem := primaryProblem(s.observed, current)
 	failingFor := r.leases().since(r.leases().failing, s.cluster.UID, problem != "", time.Now())
 	if problem == "" {
@@ -73,10 +73,16 @@ func (r *PostgresClusterReconciler) detectFailure(s *scope, current string) (*st
 			problem, (delay - failingFor).Round(time.Second))}, retry: true, after: min(delay-failingFor, time.Second)}, nil
 	}
 	candidate := chooseCandidate(s.observed, current)
-	if candidate == "" {
-		return waitFor("NoFailoverCandidate", problem+"; no replica answers to take over, so pgpilot waits for it to come back"), nil
-	}
-	if missing := quorumShortfall(s.cluster, s.observed, current); missing > 0 {
+	missing := quorumShortfall(s.cluster, s.observed, current)
+	if candidate == "" || missing > 0 {
+		if report := s.observed.reports[current]; report != nil && report.Fenced {
+			// Nobody can take over: the primary itself, which holds every commit it
+			// acknowledged, starts again.
+			return r.restartFencedPrimary(ctx, s, current, problem)
+		}
+		if candidate == "" {
+			return waitFor("NoFailoverCandidate", problem+"; no replica answers to take over, so pgpilot waits for it to come back"), nil
+		}
 		return waitFor("FailoverQuorumUnreachable", fmt.Sprintf(
 			"%s; with dataDurability required, %d more replica(s) must answer to be sure the one promoted holds every acknowledged commit",
 			problem, missing)), nil
@@ -85,6 +91,22 @@ func (r *PostgresClusterReconciler) detectFailure(s *scope, current string) (*st
 	r.event(s.cluster, s.observed.pod(candidate), corev1.EventTypeWarning, "FailoverStarted", "Failover",
 		"%s; failing over to %s, the replica holding the most WAL", problem, candidate)
 	return failingOver(fmt.Sprintf("%s; failing over to %s", problem, candidate)), nil
+}
+
+// restartFencedPrimary grants the Lease again to the fenced primary (a single instance whose
+// pod restarted or whose PostgreSQL crashed, or one no replica can replace): its agent starts
+// it again as the primary.
+func (r *PostgresClusterReconciler) restartFencedPrimary(ctx context.Context, s *scope, primary, problem string) (*stop, error) {
+	lease, err := r.readPrimaryLease(ctx, s)
+	if err != nil {
+		return nil, err
+	}
+	if err := r.grantPrimaryLease(ctx, lease, primary); err != nil {
+		return nil, err
+	}
+	r.event(s.cluster, s.observed.pod(primary), corev1.EventTypeWarning, "PrimaryRestarted", "Failover",
+		"%s; no replica can take over, so the primary lease is granted to %s again and it starts as the primary", problem, primary)
+	return waitFor("PrimaryRestarting", fmt.Sprintf("%s is starting again as the primary", primary)), nil
 }
 
 // fenceAndGrant makes sure the Lease's holder cannot accept writes, then grants the Lease to
