@@ -120,3 +120,19 @@ func TestFencedPrimaryWithoutCandidateRestarts(t *testing.T) {
 		t.Errorf("lease %+v, want granted again to db-0", lease.Spec)
 	}
 }
+
+// A primary that answers again before the Lease moved stays the primary.
+func TestFailoverCancelledWhenThePrimaryComesBack(t *testing.T) {
+	cluster := testCluster(2)
+	cluster.Status.CurrentPrimary, cluster.Status.TargetPrimary, cluster.Status.FailoverReason = "db-0", "db-1", "the primary db-0 is being deleted"
+	r, agents, leases := reconcilerWithLease(cluster)
+	s := newScope(cluster)
+	s.observed = &observed{pods: []corev1.Pod{testPod("db-0", pgbuilder.RoleReplica, true), testPod("db-1", pgbuilder.RoleReplica, true)},
+		reports: map[string]*agentapi.Status{"db-0": {Role: agentapi.RolePrimary}, "db-1": replica("0/1", "0/1", true)}}
+	if st, err := r.failover(context.Background(), s); err != nil || st != nil || s.targetPrimary != "" || s.failoverReason != "" {
+		t.Fatalf("%+v %v, target %q", st, err, s.targetPrimary)
+	}
+	if holder := leaseHolderIn(t, leases, cluster); holder != "db-0" || len(agents.promoted) != 0 || len(agents.fenced) != 0 {
+		t.Errorf("lease %q, promoted %v, fenced %v", holder, agents.promoted, agents.fenced)
+	}
+}

@@ -44,6 +44,15 @@ func (r *PostgresClusterReconciler) failover(ctx context.Context, s *scope) (*st
 	if err != nil {
 		return nil, err
 	}
+	if report, pod := s.observed.reports[current], s.observed.pod(current); leaseHolder(lease) == current &&
+		report != nil && report.Role == agentapi.RolePrimary && pod != nil && podReady(pod) {
+		// Back before the Lease moved (a pod that restarted quickly, a slow answer): nothing
+		// was granted, so the primary stays; decidePrimary labels it again.
+		s.targetPrimary, s.failoverReason = "", ""
+		r.event(s.cluster, s.observed.pod(current), corev1.EventTypeNormal, "FailoverCancelled", "Failover",
+			"%s answers as the primary again before the primary lease moved; it stays the primary", current)
+		return nil, nil
+	}
 	if leaseHolder(lease) != target {
 		return r.fenceAndGrant(ctx, s, lease, target)
 	}
@@ -68,6 +77,10 @@ func (r *PostgresClusterReconciler) detectFailure(ctx context.Context, s *scope,
 		return nil, nil
 	}
 	s.primary = current
+	// Start watching the Lease now: an unreachable primary's lapses LeaseExpiry after this.
+	if _, err := r.readPrimaryLease(ctx, s); err != nil {
+		return nil, err
+	}
 	if delay := failoverDelay(s.cluster); failingFor < delay {
 		return &stop{reasonMessage: reasonMessage{"PrimaryFailing", fmt.Sprintf("%s; failing over in %s (spec.failoverDelay)",
 			problem, (delay - failingFor).Round(time.Second))}, retry: true, after: min(delay-failingFor, time.Second)}, nil
