@@ -302,10 +302,12 @@ type PostgresClusterStatus struct {
 
 	// When currentPrimary last changed.
 	// +optional
+	// +operator-sdk:csv:customresourcedefinitions:type=status,displayName="Current Primary Since",xDescriptors={"urn:alm:descriptor:text"},order=6
 	CurrentPrimaryTimestamp *metav1.Time `json:"currentPrimaryTimestamp,omitempty"`
 
 	// The WAL timeline of the current primary.
 	// +optional
+	// +operator-sdk:csv:customresourcedefinitions:type=status,displayName="Timeline",xDescriptors={"urn:alm:descriptor:text"},order=7
 	Timeline int64 `json:"timeline,omitempty"`
 
 	// The instance a switchover or a failover is making the primary, while it runs; empty
@@ -317,15 +319,24 @@ type PostgresClusterStatus struct {
 
 	// When targetPrimary was set.
 	// +optional
+	// +operator-sdk:csv:customresourcedefinitions:type=status,displayName="Target Primary Since",xDescriptors={"urn:alm:descriptor:com.tectonic.ui:hidden"},order=12
 	TargetPrimaryTimestamp *metav1.Time `json:"targetPrimaryTimestamp,omitempty"`
 
 	// The switchover annotation's value pgpilot last acted on: the annotation asks for one
 	// switchover, not for a primary to be kept; remove it to ask again for the same instance.
 	// +optional
+	// +operator-sdk:csv:customresourcedefinitions:type=status,displayName="Switchover Request",xDescriptors={"urn:alm:descriptor:com.tectonic.ui:hidden"},order=13
 	SwitchoverRequest string `json:"switchoverRequest,omitempty"`
+
+	// Why a running switchover started when pgpilot started it (to move the primary off an
+	// outdated pod); empty for one the annotation asked for.
+	// +optional
+	// +operator-sdk:csv:customresourcedefinitions:type=status,displayName="Switchover Reason",xDescriptors={"urn:alm:descriptor:text"},order=14
+	SwitchoverReason string `json:"switchoverReason,omitempty"`
 
 	// Why a running failover started (what failed); empty during a switchover.
 	// +optional
+	// +operator-sdk:csv:customresourcedefinitions:type=status,displayName="Failover Reason",xDescriptors={"urn:alm:descriptor:text"},order=15
 	FailoverReason string `json:"failoverReason,omitempty"`
 
 	// Where the demoted primary's WAL ended during a switchover: the target is promoted only

@@ -59,7 +59,9 @@ func BuildStatefulSet(c *pgv1.PostgresCluster, images Images) (*appsv1ac.Statefu
 			WithServiceName(HeadlessServiceName(c)).
 			WithSelector(metav1ac.LabelSelector().WithMatchLabels(SelectorLabels(c))).
 			WithPodManagementPolicy(appsv1.OrderedReadyPodManagement).
-			WithUpdateStrategy(appsv1ac.StatefulSetUpdateStrategy().WithType(appsv1.RollingUpdateStatefulSetStrategyType)).
+			// pgpilot replaces outdated pods itself, replicas first and the primary after a
+			// switchover (the operator's update stage).
+			WithUpdateStrategy(appsv1ac.StatefulSetUpdateStrategy().WithType(appsv1.OnDeleteStatefulSetStrategyType)).
 			WithPersistentVolumeClaimRetentionPolicy(appsv1ac.StatefulSetPersistentVolumeClaimRetentionPolicy().
 				WithWhenDeleted(retentionPolicy(c.Spec.Storage.ReclaimPolicy)).
 				WithWhenScaled(appsv1.RetainPersistentVolumeClaimRetentionPolicyType)).

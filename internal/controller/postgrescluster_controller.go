@@ -102,6 +102,7 @@ func (r *PostgresClusterReconciler) stages() []stage {
 		{"primary", r.decidePrimary},
 		{"credentials", r.announceRotation},
 		{"slots", r.dropRemovedSlots},
+		{"update", r.rollOutTemplate},
 		{"restarts", r.restartPending},
 	}
 }

@@ -72,7 +72,7 @@ type summary struct {
 	// credentialsVersions, once announced; nil keeps what the status has.
 	credentialsVersions map[string]string
 	// targetPrimary and switchoverLSN: a running switchover; with failoverReason, a failover.
-	targetPrimary, switchoverLSN, failoverReason, switchoverRequest string
+	targetPrimary, switchoverLSN, failoverReason, switchoverRequest, switchoverReason string
 	// timeline is the primary's, 0 when its agent did not say.
 	timeline int64
 	// now stamps the primary and target changes.
@@ -93,6 +93,7 @@ func summarize(s *scope) summary {
 		switchoverLSN:     s.switchoverLSN,
 		failoverReason:    s.failoverReason,
 		switchoverRequest: s.switchoverRequest,
+		switchoverReason:  s.switchoverReason,
 		now:               metav1.Now(),
 	}
 	if report := s.observed.reports[sum.primary]; report != nil && report.Role == agentapi.RolePrimary {
@@ -162,7 +163,7 @@ func computeStatus(status *pgv1.PostgresClusterStatus, o summary) {
 		}
 	}
 	status.TargetPrimary, status.SwitchoverLSN, status.FailoverReason = o.targetPrimary, o.switchoverLSN, o.failoverReason
-	status.SwitchoverRequest = o.switchoverRequest
+	status.SwitchoverRequest, status.SwitchoverReason = o.switchoverRequest, o.switchoverReason
 	status.OperatorVersion = o.operator
 	if o.instancesStatus != nil {
 		status.InstancesStatus = o.instancesStatus

@@ -35,12 +35,12 @@ func (r *PostgresClusterReconciler) switchover(ctx context.Context, s *scope) (*
 	s.primary = old // the status keeps naming it until the target is promoted
 	targetReport := s.observed.reports[target]
 	if targetReport != nil && targetReport.Role == agentapi.RolePrimary {
-		s.targetPrimary, s.switchoverLSN = "", ""
+		s.targetPrimary, s.switchoverLSN, s.switchoverReason = "", "", ""
 		r.event(s.cluster, s.observed.pod(target), corev1.EventTypeNormal, "SwitchoverCompleted", "Switchover",
 			"%s is the primary on timeline %d; %s follows it", target, targetReport.Timeline, old)
 		return nil, nil // decidePrimary labels it
 	}
-	if s.switchoverLSN == "" && s.cluster.Annotations[pgv1.SwitchoverAnnotation] != target {
+	if s.switchoverLSN == "" && s.switchoverReason == "" && s.cluster.Annotations[pgv1.SwitchoverAnnotation] != target {
 		// Withdrawn before the primary was demoted: nothing changed yet, decidePrimary labels
 		// the primary again. After the demotion there is no way back but forward.
 		s.targetPrimary = ""

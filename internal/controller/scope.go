@@ -28,8 +28,9 @@ type scope struct {
 	// targetPrimary and switchoverLSN are a running switchover's state, as the status has it
 	// and the switchover stage moves it on; with failoverReason, a failover's.
 	targetPrimary, switchoverLSN, failoverReason string
-	// switchoverRequest is the switchover annotation's value last acted on.
-	switchoverRequest string
+	// switchoverRequest is the switchover annotation's value last acted on; switchoverReason
+	// why a running switchover started (SwitchoverForUpdate, or empty for the annotation).
+	switchoverRequest, switchoverReason string
 	// waiting says why the cluster is not there yet (condition reason and message).
 	waiting *reasonMessage
 	// failure says why the cluster cannot proceed: bad input or an error.
@@ -58,7 +59,8 @@ type reasonMessage struct {
 func newScope(cluster *pgv1.PostgresCluster) *scope {
 	return &scope{cluster: cluster, original: cluster.DeepCopy(), observed: &observed{},
 		targetPrimary: cluster.Status.TargetPrimary, switchoverLSN: cluster.Status.SwitchoverLSN,
-		failoverReason: cluster.Status.FailoverReason, switchoverRequest: cluster.Status.SwitchoverRequest}
+		failoverReason: cluster.Status.FailoverReason, switchoverRequest: cluster.Status.SwitchoverRequest,
+		switchoverReason: cluster.Status.SwitchoverReason}
 }
 
 // pod is the instance pod named name, or nil.

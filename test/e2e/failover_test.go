@@ -16,6 +16,7 @@ import (
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	pgv1 "github.com/pgpilot/pgpilot-operator/api/v1alpha1"
@@ -28,6 +29,12 @@ import (
 func failoverSpecs(cluster **pgv1.PostgresCluster) {
 	It("fails over when the primary's postmaster is killed, and the old primary rejoins", func(ctx SpecContext) {
 		underFault(ctx, *cluster, "kill -9 of the primary's postmaster", func(old *corev1.Pod) {
+			killPostmaster(old)
+		})
+	})
+	It("fails over when the operator dies with the primary (both killed), once a new operator leads", func(ctx SpecContext) {
+		underFault(ctx, *cluster, "operator and primary's postmaster killed together", func(old *corev1.Pod) {
+			killOperator()
 			killPostmaster(old)
 		})
 	})
@@ -113,7 +120,62 @@ func findPostmaster(pod *corev1.Pod) (postmaster, agent int) {
 	return 0, 0
 }
 
+// killOperator sends SIGKILL to the operator's manager process: its container restarts, and the
+// new process waits for the old one's leader-election Lease to expire.
+func killOperator() {
+	procs, err := filepath.Glob("/proc/[0-9]*")
+	Expect(err).NotTo(HaveOccurred())
+	for _, proc := range procs {
+		if commandOf(proc) == "manager" {
+			pid, _ := strconv.Atoi(filepath.Base(proc))
+			By(fmt.Sprintf("SIGKILL to the operator (pid %d)", pid))
+			Expect(syscall.Kill(pid, syscall.SIGKILL)).To(Succeed())
+			return
+		}
+	}
+	Fail("no operator process found")
+}
+
 func commandOf(proc string) string {
 	cmdline, _ := os.ReadFile(filepath.Join(proc, "cmdline"))
 	return filepath.Base(string(bytes.SplitN(cmdline, []byte{0}, 2)[0]))
+}
+
+// imageRollSpec changes the PostgreSQL image (the same image under a second tag) under a write
+// checker: pgpilot replaces the replica first, switches over to it, then replaces the old
+// primary, never more than one instance at a time.
+func imageRollSpec(cluster **pgv1.PostgresCluster) {
+	It("rolls a PostgreSQL image change replica first, then by a switchover, losing no acknowledged write", func(ctx SpecContext) {
+		c := *cluster
+		image := os.Getenv("E2E_POSTGRES_SECOND_TAG")
+		Expect(image).NotTo(BeEmpty(), "E2E_POSTGRES_SECOND_TAG: run the suite through test/e2e/run.sh")
+		current := &pgv1.PostgresCluster{}
+		Expect(k8s.Get(ctx, client.ObjectKeyFromObject(c), current)).To(Succeed())
+		oldPrimary := current.Status.CurrentPrimary
+		checker := startWriteChecker(ctx, c)
+		time.Sleep(2 * time.Second)
+		start := time.Now()
+		Expect(retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			Expect(k8s.Get(ctx, client.ObjectKeyFromObject(c), current)).To(Succeed())
+			current.Spec.Image = image
+			return k8s.Update(ctx, current)
+		})).To(Succeed())
+		Eventually(func(g Gomega) {
+			for _, pod := range clusterPods(ctx, c) {
+				g.Expect(pod.Spec.Containers[0].Image).To(Equal(image), "pod %s", pod.Name)
+			}
+			g.Expect(k8s.Get(ctx, client.ObjectKeyFromObject(c), current)).To(Succeed())
+			g.Expect(current.Status.Phase).To(Equal(pgv1.PhaseReady))
+		}).WithTimeout(5 * time.Minute).WithPolling(time.Second).Should(Succeed())
+		AddReportEntry("image roll: spec change to every instance replaced and Ready", time.Since(start).Round(100*time.Millisecond).String())
+		time.Sleep(2 * time.Second)
+		report := checker.stopAndVerify(ctx)
+		AddReportEntry("image roll: write checker", report.String())
+		Expect(report.Lost).To(BeZero(), "acknowledged writes lost: %s", report)
+		Expect(current.Status.CurrentPrimary).NotTo(Equal(oldPrimary), "the primary was not moved by a switchover")
+		reasons := clusterEventReasons(ctx, c, start)
+		Expect(reasons).To(ContainElements("InstanceUpdating", "SwitchoverStarted", "SwitchoverCompleted"))
+		Expect(reasons).NotTo(ContainElement("FailoverStarted"), "the primary's replacement caused a failover")
+		expectReplication(ctx, c, current.Spec.Instances)
+	})
 }

@@ -117,6 +117,7 @@ var _ = Describe("Streaming replication", Ordered, func() {
 
 	failoverSpecs(&cluster)
 	partitionSpec(&cluster)
+	imageRollSpec(&cluster)
 
 	It("applies a parameter change and reports it", func(ctx SpecContext) {
 		Expect(retry.RetryOnConflict(retry.DefaultRetry, func() error {

@@ -35,9 +35,12 @@ go vet -tags e2e ./test/e2e/
 trap teardown EXIT
 LOCALCLUSTER_IMAGES=$("$LOCALCLUSTER" images)
 image_ref() { awk -v name="$1" '$1 == name {print $2}' <<<"$LOCALCLUSTER_IMAGES"; }
-export E2E_HTTPCHECK_IMAGE E2E_BUSYBOX_IMAGE
+export E2E_HTTPCHECK_IMAGE E2E_BUSYBOX_IMAGE E2E_POSTGRES_IMAGE E2E_POSTGRES_SECOND_TAG
 E2E_HTTPCHECK_IMAGE=$(image_ref httpcheck)
 E2E_BUSYBOX_IMAGE=$(image_ref busybox)
+# The same PostgreSQL image under a second tag, for the spec that rolls an image change.
+E2E_POSTGRES_IMAGE=$(image_ref postgres)
+E2E_POSTGRES_SECOND_TAG=${E2E_POSTGRES_IMAGE%:*}:e2e-second-tag
 
 # go test builds on the host (the module proxy is not reachable from the node's namespace) and
 # -exec runs the test binary inside it, where the API server and Services are.
@@ -50,6 +53,7 @@ run_specs() {
 phases=${E2E_PHASES:-deploy olm}
 start=$SECONDS
 "$LOCALCLUSTER" up
+"$LOCALCLUSTER" tag-image "$E2E_POSTGRES_IMAGE" "$E2E_POSTGRES_SECOND_TAG"
 if [[ " $phases " == *" deploy "* ]]; then
   "$LOCALCLUSTER" deploy
   echo "e2e: cluster and operator ready in $((SECONDS - start))s"

@@ -1,0 +1,94 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"slices"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	pgbuilder "github.com/pgpilot/pgpilot-operator/internal/builder"
+	"github.com/pgpilot/pgpilot-operator/internal/instance/agentapi"
+)
+
+// SwitchoverForUpdate is status.switchoverReason when pgpilot moves the primary off an
+// outdated pod: no annotation stands behind it, so none can cancel it.
+const SwitchoverForUpdate = "the primary's pod runs an outdated template"
+
+// +kubebuilder:rbac:groups="",resources=pods,verbs=delete
+
+// rollOutTemplate replaces the instance pods whose template is outdated (a new image, a new
+// agent): the StatefulSet's OnDelete strategy leaves the order to pgpilot. One replica at a
+// time, only while the cluster is healthy; the primary last, after a switchover to an updated
+// replica, so that its replacement costs a switchover's few seconds instead of a failover.
+func (r *PostgresClusterReconciler) rollOutTemplate(ctx context.Context, s *scope) (*stop, error) {
+	outdated := outdatedPods(s.statefulSet, s.observed.pods)
+	if len(outdated) == 0 {
+		return nil, nil
+	}
+	// A single instance has no redundancy to protect, and an instance of an operator without
+	// the agent (0.1.0) never reports healthy: it is replaced at once.
+	if len(s.observed.pods) > 1 && !assessHealth(s).allReady() {
+		return waitFor("UpdateWaiting", fmt.Sprintf("%d instance(s) run an outdated pod template; pgpilot replaces them only while the cluster is healthy",
+			len(outdated))), nil
+	}
+	next := outdated[0]
+	if next == s.primary && len(s.observed.pods) > 1 {
+		return r.switchoverForUpdate(s, outdated)
+	}
+	pod := s.observed.pod(next)
+	if err := r.Delete(ctx, pod, client.Preconditions{UID: &pod.UID}); client.IgnoreNotFound(err) != nil {
+		return nil, fmt.Errorf("delete outdated pod %s: %w", next, err)
+	}
+	recordWrite("Pod", "deleted")
+	r.event(s.cluster, pod, corev1.EventTypeNormal, "InstanceUpdating", "Update",
+		"Replacing %s, whose pod template is outdated (%d instance(s) left)", next, len(outdated)-1)
+	return waitFor("RollingUpdate", fmt.Sprintf("replacing %s with the updated pod template", next)), nil
+}
+
+// switchoverForUpdate moves the primary to the updated replica with the most WAL; the
+// switchover stage carries it out, and the old primary is replaced afterwards as a replica.
+func (r *PostgresClusterReconciler) switchoverForUpdate(s *scope, outdated []string) (*stop, error) {
+	updated := &observed{pods: nil, reports: map[string]*agentapi.Status{}}
+	for i := range s.observed.pods {
+		if name := s.observed.pods[i].Name; !slices.Contains(outdated, name) {
+			updated.pods = append(updated.pods, s.observed.pods[i])
+			updated.reports[name] = s.observed.reports[name]
+		}
+	}
+	target := chooseCandidate(updated, s.primary)
+	if target == "" {
+		return waitFor("UpdateWaiting", "the primary's pod template is outdated; waiting for an updated replica to switch over to"), nil
+	}
+	s.targetPrimary, s.switchoverReason = target, SwitchoverForUpdate
+	r.event(s.cluster, s.observed.pod(target), corev1.EventTypeNormal, "SwitchoverStarted", "Switchover",
+		"Switching over from %s to %s: %s", s.primary, target, SwitchoverForUpdate)
+	return switchingOver(fmt.Sprintf("switching over from %s to %s to update it", s.primary, target)), nil
+}
+
+// outdatedPods are the instance pods not on the StatefulSet's update revision, replicas
+// first (highest ordinal first, as the StatefulSet would), the primary-labelled last.
+func outdatedPods(sts *appsv1.StatefulSet, pods []corev1.Pod) []string {
+	if sts == nil || sts.Status.UpdateRevision == "" {
+		return nil
+	}
+	var outdated []string
+	primary := ""
+	for i := range pods {
+		if pods[i].Labels[appsv1.ControllerRevisionHashLabelKey] == sts.Status.UpdateRevision || !pods[i].DeletionTimestamp.IsZero() {
+			continue
+		}
+		if pods[i].Labels[pgbuilder.RoleLabel] == pgbuilder.RolePrimary {
+			primary = pods[i].Name
+			continue
+		}
+		outdated = append(outdated, pods[i].Name)
+	}
+	slices.SortFunc(outdated, func(a, b string) int { return compareNames(b, a) })
+	if primary != "" {
+		outdated = append(outdated, primary)
+	}
+	return outdated
+}
