@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -54,6 +55,9 @@ func (r *PostgresClusterReconciler) observe(ctx context.Context, s *scope) (*sto
 	return nil, nil
 }
 
+// unreadyAgentTimeout bounds the question to the agent of a pod the kubelet finds unready.
+const unreadyAgentTimeout = time.Second
+
 func (r *PostgresClusterReconciler) askAgents(ctx context.Context, s *scope) (map[string]*agentapi.Status, map[string]string) {
 	reports, failures := map[string]*agentapi.Status{}, map[string]string{}
 	var mu sync.Mutex
@@ -61,6 +65,13 @@ func (r *PostgresClusterReconciler) askAgents(ctx context.Context, s *scope) (ma
 	for i := range s.observed.pods {
 		pod := &s.observed.pods[i]
 		wg.Go(func() {
+			ctx := ctx
+			if !podReady(pod) {
+				// Most likely down or cut off: do not let it slow every reconcile of a failover.
+				var cancel context.CancelFunc
+				ctx, cancel = context.WithTimeout(ctx, unreadyAgentTimeout)
+				defer cancel()
+			}
 			status, err := r.agents().Status(ctx, r.endpoint(s, pod))
 			mu.Lock()
 			defer mu.Unlock()

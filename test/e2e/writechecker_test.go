@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -152,5 +153,16 @@ func (w *writeChecker) stopAndVerify(ctx context.Context) writeReport {
 			report.Lost++
 		}
 	}
+	return report
+}
+
+// finish lets the checker write two seconds more, stops it, reports under name, and fails when
+// an acknowledged write is missing.
+func (w *writeChecker) finish(ctx context.Context, name string) writeReport {
+	time.Sleep(2 * time.Second)
+	report := w.stopAndVerify(ctx)
+	AddReportEntry(name+": write checker (the longest gap is the RTO)", report.String())
+	Expect(report.Acknowledged).To(BeNumerically(">", 0))
+	Expect(report.Lost).To(BeZero(), "acknowledged writes lost: %s", report)
 	return report
 }
