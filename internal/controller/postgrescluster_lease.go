@@ -48,6 +48,14 @@ func (r *PostgresClusterReconciler) ensurePrimaryLease(ctx context.Context, s *s
 		holder = pgbuilder.InstancePodName(s.cluster, 0)
 	}
 	lease := pgbuilder.BuildPrimaryLease(s.cluster, holder, metav1.NowMicro())
+	// A read first: a restarted operator finds every Lease there and writes nothing.
+	switch err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(lease), &coordinationv1.Lease{}); {
+	case err == nil:
+		r.leases().remember(s.cluster.UID)
+		return nil, nil
+	case !apierrors.IsNotFound(err):
+		return nil, fmt.Errorf("get lease %s: %w", lease.Name, err)
+	}
 	switch err := r.Create(ctx, lease, client.FieldOwner(pgbuilder.FieldOwner)); {
 	case err == nil:
 		recordWrite("Lease", "created")

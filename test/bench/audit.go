@@ -19,9 +19,9 @@ kind: Policy
 omitStages: ["RequestReceived", "ResponseStarted", "Panic"]
 rules:
 - level: Metadata
-  users: [%q]
+  users: [%q, %q]
 - level: None
-`, operatorUser)
+`, operatorUser, agentUser)
 	path := filepath.Join(dir, "audit-policy.yaml")
 	return path, os.WriteFile(path, []byte(policy), 0o600)
 }
@@ -31,9 +31,13 @@ type request struct {
 	Verb       string    `json:"verb"`
 	RequestURI string    `json:"requestURI"`
 	Received   time.Time `json:"requestReceivedTimestamp"`
-	ObjectRef  struct {
+	User       struct {
+		Username string `json:"username"`
+	} `json:"user"`
+	ObjectRef struct {
 		Resource    string `json:"resource"`
 		Subresource string `json:"subresource"`
+		Name        string `json:"name"`
 	} `json:"objectRef"`
 }
 
@@ -58,8 +62,14 @@ func (r request) isWrite() bool {
 // isRead is a request the informer cache did not serve; watches are how the cache is fed.
 func (r request) isRead() bool { return r.Verb == "get" || r.Verb == "list" }
 
+// leaderElectionLease is the manager's own Lease (cmd/main.go's LeaderElectionID); the
+// clusters' primary Leases are other Leases.
+const leaderElectionLease = "pgpilot-operator.pgpilot.io"
+
 // isLeaderElection is the Lease traffic every leader-elected manager has, whatever it manages.
-func (r request) isLeaderElection() bool { return r.ObjectRef.Resource == "leases" }
+func (r request) isLeaderElection() bool {
+	return r.ObjectRef.Resource == "leases" && r.ObjectRef.Name == leaderElectionLease
+}
 
 // readAudit parses the audit log written so far.
 func readAudit(path string) ([]request, error) {
@@ -100,7 +110,7 @@ type window struct {
 func summarise(requests []request, from, to time.Time) window {
 	w := window{ByVerbResource: map[string]int{}, DurationSeconds: to.Sub(from).Seconds()}
 	for _, r := range requests {
-		if r.Received.Before(from) || !r.Received.Before(to) || r.Verb == "watch" {
+		if r.Received.Before(from) || !r.Received.Before(to) || r.Verb == "watch" || r.User.Username != operatorUser {
 			continue
 		}
 		w.ByVerbResource[r.Verb+" "+r.resource()]++
@@ -129,9 +139,20 @@ func summarise(requests []request, from, to time.Time) window {
 func lastNonLeaseRequest(requests []request) time.Time {
 	var last time.Time
 	for _, r := range requests {
-		if r.Verb != "watch" && !r.isLeaderElection() && r.Received.After(last) {
+		if r.Verb != "watch" && r.User.Username == operatorUser && !r.isLeaderElection() && r.Received.After(last) {
 			last = r.Received
 		}
 	}
 	return last
+}
+
+// agentRequests counts the simulated agents' requests between two instants, by verb.
+func agentRequests(requests []request, from, to time.Time) map[string]int {
+	byVerb := map[string]int{}
+	for _, r := range requests {
+		if r.User.Username == agentUser && !r.Received.Before(from) && r.Received.Before(to) {
+			byVerb[r.Verb+" "+r.resource()]++
+		}
+	}
+	return byVerb
 }

@@ -17,6 +17,7 @@ type budgets struct {
 	CacheGrowthMiB                          float64 `json:"cacheGrowthMiB"`
 	MaxRequestsPerConvergedCluster          float64 `json:"maxRequestsPerConvergedCluster"`
 	MaxRequestsPerChangedCluster            float64 `json:"maxRequestsPerChangedCluster"`
+	AgentRequestsPerClusterPerMinute        float64 `json:"agentRequestsPerClusterPerMinute"`
 }
 
 func loadBudgets(path string) (budgets, error) {
@@ -47,5 +48,6 @@ func (b budgets) violations(r *report) []string {
 	}
 	check("requests per converged cluster", r.Converge.RequestsPerCluster, b.MaxRequestsPerConvergedCluster)
 	check("requests per changed cluster", r.Churn.RequestsPerCluster, b.MaxRequestsPerChangedCluster)
+	check("primary's agent Lease requests/min per cluster", r.Idle.AgentRequestsPerClusterPerMinute, b.AgentRequestsPerClusterPerMinute)
 	return out
 }

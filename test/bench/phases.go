@@ -6,11 +6,15 @@ import (
 	"time"
 
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/pgpilot/pgpilot-operator/test/controlplane"
 )
 
 // phaseRunner runs the benchmark's phases against one control plane and operator.
 type phaseRunner struct {
 	ctx      context.Context
+	cp       *controlplane.ControlPlane
+	dir      string
 	admin    client.Client
 	auditLog string
 	op       *operator
@@ -57,18 +61,25 @@ func (p *phaseRunner) measureChange(name string, change func() error, done func(
 
 // idle: the converged clusters wait at bootstrap; nothing should be written or read.
 func (p *phaseRunner) idle(r *report) error {
-	p.progress(fmt.Sprintf("idle: leaving the clusters alone for %s", p.cfg.Idle))
+	p.progress(fmt.Sprintf("idle: leaving the clusters alone for %s, each primary Lease renewed by an agent's LeaseKeeper", p.cfg.Idle))
+	beats, err := p.startHeartbeats(p.dir)
+	if err != nil {
+		return err
+	}
 	cpuBefore, err := p.op.cpuSeconds()
 	if err != nil {
+		beats.end()
 		return err
 	}
 	start := time.Now()
 	select {
 	case <-p.ctx.Done():
+		beats.end()
 		return p.ctx.Err()
 	case <-time.After(p.cfg.Idle):
 	}
 	end := time.Now()
+	beats.end()
 	cpuAfter, err := p.op.cpuSeconds()
 	if err != nil {
 		return err
@@ -78,12 +89,23 @@ func (p *phaseRunner) idle(r *report) error {
 		return err
 	}
 	minutes := end.Sub(start).Minutes()
+	requests, err := readAudit(p.auditLog)
+	if err != nil {
+		return err
+	}
+	agents := agentRequests(requests, start, end)
+	total := 0
+	for _, n := range agents {
+		total += n
+	}
 	r.Idle = idleResult{
-		Requests:                     w,
-		WritesPerMinute:              float64(w.Writes) / minutes,
-		ReadsPerMinute:               float64(w.Reads) / minutes,
-		LeaderElectionRequestsPerMin: float64(w.LeaderElection) / minutes,
-		CPUMillisecondsPerMinute:     1000 * (cpuAfter - cpuBefore) / minutes,
+		AgentRequests:                    agents,
+		AgentRequestsPerClusterPerMinute: float64(total) / float64(p.cfg.Clusters) / minutes,
+		Requests:                         w,
+		WritesPerMinute:                  float64(w.Writes) / minutes,
+		ReadsPerMinute:                   float64(w.Reads) / minutes,
+		LeaderElectionRequestsPerMin:     float64(w.LeaderElection) / minutes,
+		CPUMillisecondsPerMinute:         1000 * (cpuAfter - cpuBefore) / minutes,
 	}
 	return nil
 }

@@ -36,6 +36,9 @@ type idleResult struct {
 	LeaderElectionRequestsPerMin float64 `json:"leaderElectionRequestsPerMinute"`
 	CPUMillisecondsPerMinute     float64 `json:"cpuMillisecondsPerMinute"`
 	Requests                     window  `json:"requests"`
+	// AgentRequests are the primaries' agents' Lease renewals meanwhile, by verb.
+	AgentRequests                    map[string]int `json:"agentRequests"`
+	AgentRequestsPerClusterPerMinute float64        `json:"agentRequestsPerClusterPerMinute"`
 }
 
 type cacheResult struct {
@@ -63,6 +66,7 @@ func (r *report) print(out io.Writer) {
 	row("idle", "uncached reads/min", fmt.Sprintf("%.2f", r.Idle.ReadsPerMinute))
 	row("idle", "leader election requests/min", fmt.Sprintf("%.2f", r.Idle.LeaderElectionRequestsPerMin))
 	row("idle", "operator CPU (ms/min)", fmt.Sprintf("%.0f", r.Idle.CPUMillisecondsPerMinute))
+	row("idle", "primary's agent: Lease requests/min per cluster", fmt.Sprintf("%.2f", r.Idle.AgentRequestsPerClusterPerMinute))
 	row("churn", "time to roll a parameter into all (s)", fmt.Sprintf("%.1f", r.Churn.Seconds))
 	row("churn", "API requests per changed cluster", fmt.Sprintf("%.2f", r.Churn.RequestsPerCluster))
 	row("restart", "writes by a fresh manager", r.Restart.Writes)
@@ -75,7 +79,8 @@ func (r *report) print(out io.Writer) {
 	for _, phase := range []struct {
 		name string
 		w    window
-	}{{"converge", r.Converge.Requests}, {"idle", r.Idle.Requests}, {"churn", r.Churn.Requests}, {"restart", r.Restart}} {
+	}{{"converge", r.Converge.Requests}, {"idle", r.Idle.Requests}, {"idle (agents)", window{ByVerbResource: r.Idle.AgentRequests}},
+		{"churn", r.Churn.Requests}, {"restart", r.Restart}} {
 		fmt.Fprintf(out, "\n%s requests by verb and resource:\n", phase.name)
 		keys := make([]string, 0, len(phase.w.ByVerbResource))
 		for k := range phase.w.ByVerbResource {

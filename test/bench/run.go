@@ -71,7 +71,7 @@ func run(ctx context.Context, cfg config, progress func(string)) (*report, error
 	}
 	defer op.stop()
 
-	phases := &phaseRunner{ctx: ctx, admin: admin, auditLog: auditLog, op: op, cfg: cfg, progress: progress}
+	phases := &phaseRunner{ctx: ctx, cp: cp, dir: dir, admin: admin, auditLog: auditLog, op: op, cfg: cfg, progress: progress}
 	for _, phase := range []func(*report) error{phases.converge, phases.idle, phases.churn, phases.restart, phases.cache} {
 		if err := phase(r); err != nil {
 			return nil, withLog(err, op.logPath)

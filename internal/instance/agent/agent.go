@@ -76,18 +76,15 @@ type Agent struct {
 	// restartMu makes restarts one at a time.
 	restartMu sync.Mutex
 	// Leases reads and renews the cluster's primary Lease (fencing.go).
-	Leases LeaseStore
-	// stateMu guards the fencing state: the fence, the Lease last seen, when it was last
-	// renewed (the start of that renewal) and tried, when a standby last replied, the last
-	// rejoin.
-	stateMu      sync.Mutex
-	fence        *fence
-	lease        Lease
-	renewedAt    time.Time
-	renewAttempt time.Time
-	peerSeenAt   time.Time
-	peerReplies  map[string]string
-	rejoined     *agentapi.Rejoin
+	Leases      LeaseStore
+	keeperOnce  sync.Once
+	leaseKeeper *LeaseKeeper
+	// stateMu guards the fencing state: the fence, when a standby last replied, the last rejoin.
+	stateMu     sync.Mutex
+	fence       *fence
+	peerSeenAt  time.Time
+	peerReplies map[string]string
+	rejoined    *agentapi.Rejoin
 	// latest are the credentials last read (credsMu: the API reads the token); applied, those
 	// PostgreSQL was last given (the supervisor loop only).
 	credsMu sync.Mutex
@@ -156,7 +153,7 @@ func (a *Agent) supervise(ctx context.Context) error {
 				return fmt.Errorf("postgres exited: %v", a.Instance.ExitErr())
 			}
 			// Not restarted here: the operator may be failing over already.
-			a.logFenceErr(a.fenceNow(fmt.Sprintf("postgres exited: %v", a.Instance.ExitErr()), a.currentLease().Transitions))
+			a.logFenceErr(a.fenceNow(fmt.Sprintf("postgres exited: %v", a.Instance.ExitErr()), a.keeper().Current().Transitions))
 		case now := <-ticker.C:
 			a.keepLease(ctx, now)
 			a.syncStandbys(ctx)
@@ -292,7 +289,7 @@ func (a *Agent) Status(ctx context.Context) (*agentapi.Status, error) {
 	if err != nil {
 		return nil, err
 	}
-	status.Rejoined, status.LeaseTransitions = a.lastRejoin(), a.currentLease().Transitions
+	status.Rejoined, status.LeaseTransitions = a.lastRejoin(), a.keeper().Current().Transitions
 	return status, nil
 }
 

@@ -103,7 +103,7 @@ func (a *Agent) Fence(ctx context.Context) (*agentapi.Status, error) {
 		if a.Instance.Running() && !a.isPrimary() {
 			return nil, fmt.Errorf("%w: a standby needs no fencing", agentapi.ErrWrongRole)
 		}
-		if err := a.fenceLocked("fenced by the operator", a.currentLease().Transitions); err != nil {
+		if err := a.fenceLocked("fenced by the operator", a.keeper().Current().Transitions); err != nil {
 			return nil, err
 		}
 	}
@@ -119,30 +119,18 @@ func (a *Agent) fencedStatus() *agentapi.Status {
 		Rejoined: a.lastRejoin()}
 }
 
-func (a *Agent) currentLease() Lease {
-	a.stateMu.Lock()
-	defer a.stateMu.Unlock()
-	return a.lease
-}
-
-func (a *Agent) setLease(l Lease, renewedAt time.Time) {
-	a.stateMu.Lock()
-	defer a.stateMu.Unlock()
-	a.lease = l
-	if !renewedAt.IsZero() {
-		a.renewedAt = renewedAt
-	}
+// keeper is the agent's LeaseKeeper, over Leases, for this instance.
+func (a *Agent) keeper() *LeaseKeeper {
+	a.keeperOnce.Do(func() { a.leaseKeeper = &LeaseKeeper{Store: a.Leases, Holder: a.Config.PodName} })
+	return a.leaseKeeper
 }
 
 // readLease reads the Lease, retrying until the API server answers: without it the agent
 // cannot know what it may start as.
 func (a *Agent) readLease(ctx context.Context) (Lease, error) {
 	for attempt := 1; ; attempt++ {
-		rctx, cancel := context.WithTimeout(ctx, agentapi.LeaseRequestTimeout)
-		l, err := a.Leases.Get(rctx)
-		cancel()
+		l, err := a.keeper().Read(ctx)
 		if err == nil {
-			a.setLease(l, time.Time{})
 			return l, nil
 		}
 		a.Log.Error(err, "cannot read the primary lease; PostgreSQL waits", "attempt", attempt)
@@ -152,32 +140,6 @@ func (a *Agent) readLease(ctx context.Context) (Lease, error) {
 		case <-time.After(min(time.Duration(attempt)*time.Second, 5*time.Second)):
 		}
 	}
-}
-
-// renew renews the Lease for this instance; on a conflict it reads the Lease again and
-// reports who holds it now.
-func (a *Agent) renew(ctx context.Context) (Lease, error) {
-	ctx, cancel := context.WithTimeout(ctx, agentapi.LeaseRequestTimeout)
-	defer cancel()
-	started := time.Now()
-	l, err := a.Leases.Renew(ctx, a.currentLease(), a.Config.PodName)
-	if errors.Is(err, ErrLeaseConflict) {
-		current, getErr := a.Leases.Get(ctx)
-		if getErr != nil {
-			return Lease{}, fmt.Errorf("the lease changed and reading it again failed: %w", getErr)
-		}
-		a.setLease(current, time.Time{})
-		if current.Holder != a.Config.PodName {
-			return current, err
-		}
-		started = time.Now()
-		l, err = a.Leases.Renew(ctx, current, a.Config.PodName)
-	}
-	if err != nil {
-		return Lease{}, err
-	}
-	a.setLease(l, started)
-	return l, nil
 }
 
 // startAsLeaseSays starts PostgreSQL in the role the Lease allows: a standby as a standby; a
@@ -200,7 +162,7 @@ func (a *Agent) startAsLeaseSays(ctx context.Context, l Lease) error {
 	}
 	switch l.Holder {
 	case a.Config.PodName:
-		if current, err := a.renew(ctx); err != nil {
+		if current, err := a.keeper().Renew(ctx); err != nil {
 			return a.holdDown(fence{Reason: fmt.Sprintf("could not renew the primary lease at start: %v", err), Transitions: current.Transitions})
 		}
 		if err := a.Instance.Start(); err != nil {
@@ -226,14 +188,11 @@ func (a *Agent) resolveFence(ctx context.Context) {
 		return
 	}
 	defer a.restartMu.Unlock()
-	rctx, cancel := context.WithTimeout(ctx, agentapi.LeaseRequestTimeout)
-	l, err := a.Leases.Get(rctx)
-	cancel()
+	l, err := a.keeper().Read(ctx)
 	if err != nil {
 		a.Log.V(1).Info("fenced; cannot read the primary lease", "error", err.Error())
 		return
 	}
-	a.setLease(l, time.Time{})
 	switch {
 	case l.Holder == a.Config.PodName && l.Transitions > f.Transitions:
 		err = a.unfence(ctx)
@@ -251,7 +210,7 @@ func (a *Agent) resolveFence(ctx context.Context) {
 func (a *Agent) unfence(ctx context.Context) error {
 	a.Log.Info("the primary lease is granted to this instance again; starting")
 	if !a.Instance.IsStandby() {
-		if _, err := a.renew(ctx); err != nil {
+		if _, err := a.keeper().Renew(ctx); err != nil {
 			return err
 		}
 	}
@@ -329,26 +288,18 @@ func (a *Agent) keepLease(ctx context.Context, now time.Time) {
 		return
 	}
 	a.notePeers(ctx, now)
-	a.stateMu.Lock()
-	due := now.Sub(a.renewAttempt) >= agentapi.LeaseRenewInterval
-	if due {
-		a.renewAttempt = now
+	l, renewed, err := a.keeper().RenewIfDue(ctx, now)
+	if renewed && errors.Is(err, ErrLeaseConflict) && l.Holder != a.Config.PodName {
+		a.logFenceErr(a.fenceNow(fmt.Sprintf("the primary lease was granted to %q", l.Holder), l.Transitions))
+		return
 	}
-	a.stateMu.Unlock()
-	if due {
-		l, err := a.renew(ctx)
-		if errors.Is(err, ErrLeaseConflict) && l.Holder != a.Config.PodName {
-			a.logFenceErr(a.fenceNow(fmt.Sprintf("the primary lease was granted to %q", l.Holder), l.Transitions))
-			return
-		}
-		if err != nil {
-			a.Log.Error(err, "renewing the primary lease failed")
-		}
+	if renewed && err != nil {
+		a.Log.Error(err, "renewing the primary lease failed")
 	}
 	a.stateMu.Lock()
-	sinceRenewal, sincePeer := now.Sub(a.renewedAt), now.Sub(a.peerSeenAt)
-	transitions := a.lease.Transitions
+	sincePeer := now.Sub(a.peerSeenAt)
 	a.stateMu.Unlock()
+	sinceRenewal, transitions := a.keeper().SinceRenewal(now), a.keeper().Current().Transitions
 	if mustFence(sinceRenewal, sincePeer) {
 		a.logFenceErr(a.fenceNow(fmt.Sprintf("the primary lease was not renewed for %s and no standby replied for %s",
 			sinceRenewal.Round(time.Second), sincePeer.Round(time.Second)), transitions))
@@ -394,9 +345,7 @@ func (a *Agent) notePeers(ctx context.Context, now time.Time) {
 // releaseLease gives the Lease up after a clean shutdown of the primary, so that the operator
 // promotes a standby at once instead of waiting for the Lease to expire.
 func (a *Agent) releaseLease() {
-	ctx, cancel := context.WithTimeout(context.Background(), agentapi.LeaseRequestTimeout)
-	defer cancel()
-	if _, err := a.Leases.Renew(ctx, a.currentLease(), ""); err != nil {
+	if err := a.keeper().Release(context.Background()); err != nil {
 		a.Log.Error(err, "releasing the primary lease failed; the operator waits for it to expire")
 		return
 	}

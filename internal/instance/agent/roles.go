@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/pgpilot/pgpilot-operator/internal/instance/agentapi"
 	"github.com/pgpilot/pgpilot-operator/internal/instance/postgres"
@@ -25,15 +24,14 @@ func (a *Agent) Promote(ctx context.Context, slots []string) (*agentapi.PromoteR
 		return nil, fmt.Errorf("%w: already a primary", agentapi.ErrWrongRole)
 	}
 	// The operator grants the Lease before it promotes; an order without it is stale.
-	lease, err := a.Leases.Get(ctx)
+	lease, err := a.keeper().Read(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("read the primary lease: %w", err)
 	}
 	if lease.Holder != a.Config.PodName {
 		return nil, fmt.Errorf("%w: the primary lease names %q", agentapi.ErrWrongRole, lease.Holder)
 	}
-	a.setLease(lease, time.Time{})
-	if _, err := a.renew(ctx); err != nil {
+	if _, err := a.keeper().Renew(ctx); err != nil {
 		return nil, fmt.Errorf("renew the primary lease: %w", err)
 	}
 	a.Log.Info("promoting to primary", "slots", slots)
