@@ -254,7 +254,7 @@ const (
 )
 
 // Phase is a one-word summary of the cluster for `kubectl get`.
-// +kubebuilder:validation:Enum=Pending;Bootstrapping;Ready;Scaling;Degraded;SwitchingOver;FailingOver;Deleting
+// +kubebuilder:validation:Enum=Pending;Bootstrapping;Ready;Scaling;Degraded;SwitchingOver;FailingOver;Upgrading;Deleting
 type Phase string
 
 // Phases of a PostgresCluster.
@@ -268,7 +268,9 @@ const (
 	PhaseSwitchingOver Phase = "SwitchingOver"
 	// PhaseFailingOver: the primary failed; pgpilot fences it and promotes status.targetPrimary.
 	PhaseFailingOver Phase = "FailingOver"
-	PhaseDeleting    Phase = "Deleting"
+	// PhaseUpgrading: pgpilot replaces instance pods whose template is outdated, one at a time.
+	PhaseUpgrading Phase = "Upgrading"
+	PhaseDeleting  Phase = "Deleting"
 )
 
 // PostgresClusterStatus is the observed state of a PostgresCluster.

@@ -17,6 +17,12 @@ import (
 // outdated pod: no annotation stands behind it, so none can cancel it.
 const SwitchoverForUpdate = "the primary's pod runs an outdated template"
 
+// Reasons of the update stage's waits; the phase is Upgrading meanwhile.
+const (
+	reasonRollingUpdate = "RollingUpdate"
+	reasonUpdateWaiting = "UpdateWaiting"
+)
+
 // +kubebuilder:rbac:groups="",resources=pods,verbs=delete
 
 // rollOutTemplate replaces the instance pods whose template is outdated (a new image, a new
@@ -31,7 +37,7 @@ func (r *PostgresClusterReconciler) rollOutTemplate(ctx context.Context, s *scop
 	// A single instance has no redundancy to protect, and an instance of an operator without
 	// the agent (0.1.0) never reports healthy: it is replaced at once.
 	if len(s.observed.pods) > 1 && !assessHealth(s).allReady() {
-		return waitFor("UpdateWaiting", fmt.Sprintf("%d instance(s) run an outdated pod template; pgpilot replaces them only while the cluster is healthy",
+		return waitFor(reasonUpdateWaiting, fmt.Sprintf("%d instance(s) run an outdated pod template; pgpilot replaces them only while the cluster is healthy",
 			len(outdated))), nil
 	}
 	next := outdated[0]
@@ -45,7 +51,7 @@ func (r *PostgresClusterReconciler) rollOutTemplate(ctx context.Context, s *scop
 	recordWrite("Pod", "deleted")
 	r.event(s.cluster, pod, corev1.EventTypeNormal, "InstanceUpdating", "Update",
 		"Replacing %s, whose pod template is outdated (%d instance(s) left)", next, len(outdated)-1)
-	return waitFor("RollingUpdate", fmt.Sprintf("replacing %s with the updated pod template", next)), nil
+	return waitFor(reasonRollingUpdate, fmt.Sprintf("replacing %s with the updated pod template", next)), nil
 }
 
 // switchoverForUpdate moves the primary to the updated replica with the most WAL; the
@@ -60,7 +66,7 @@ func (r *PostgresClusterReconciler) switchoverForUpdate(s *scope, outdated []str
 	}
 	target := chooseCandidate(updated, s.primary)
 	if target == "" {
-		return waitFor("UpdateWaiting", "the primary's pod template is outdated; waiting for an updated replica to switch over to"), nil
+		return waitFor(reasonUpdateWaiting, "the primary's pod template is outdated; waiting for an updated replica to switch over to"), nil
 	}
 	s.targetPrimary, s.switchoverReason = target, SwitchoverForUpdate
 	r.event(s.cluster, s.observed.pod(target), corev1.EventTypeNormal, "SwitchoverStarted", "Switchover",

@@ -242,6 +242,9 @@ func phase(o summary) pgv1.Phase {
 		return pgv1.PhaseFailingOver
 	case o.targetPrimary != "":
 		return pgv1.PhaseSwitchingOver
+	case o.waiting != nil && (o.waiting.reason == reasonRollingUpdate || o.waiting.reason == reasonUpdateWaiting):
+		// Decided on what was seen before this reconcile replaced a pod: never Ready.
+		return pgv1.PhaseUpgrading
 	case o.primary != "" && !o.primaryReady:
 		return pgv1.PhaseDegraded
 	case o.allReady():

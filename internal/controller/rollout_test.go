@@ -7,6 +7,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 
+	pgv1 "github.com/pgpilot/pgpilot-operator/api/v1alpha1"
 	pgbuilder "github.com/pgpilot/pgpilot-operator/internal/builder"
 )
 
@@ -24,5 +25,21 @@ func TestOutdatedPods(t *testing.T) {
 	}
 	if got := outdatedPods(&appsv1.StatefulSet{}, pods); got != nil {
 		t.Errorf("no update revision yet: %v", got)
+	}
+}
+
+// The reconcile that replaces a pod decides the status from what it saw before: the phase says
+// Upgrading, never Ready, so nobody mistakes the moment for the end of the roll.
+func TestPhaseWhileUpdating(t *testing.T) {
+	ready := health{desired: 2, instances: 2, readyInstances: 2, primary: "db-0", primaryReady: true,
+		primaryWritable: true, streamingReplicas: 1}
+	for reason, want := range map[string]pgv1.Phase{reasonRollingUpdate: pgv1.PhaseUpgrading, reasonUpdateWaiting: pgv1.PhaseUpgrading, "": pgv1.PhaseReady} {
+		o := summary{health: ready}
+		if reason != "" {
+			o.waiting = &reasonMessage{reason, "replacing db-1"}
+		}
+		if got := phase(o); got != want {
+			t.Errorf("waiting %q: phase %s, want %s", reason, got, want)
+		}
 	}
 }

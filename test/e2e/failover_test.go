@@ -59,7 +59,7 @@ func underFault(ctx context.Context, cluster *pgv1.PostgresCluster, name string,
 	Eventually(func(g Gomega) {
 		g.Expect(k8s.Get(ctx, client.ObjectKeyFromObject(cluster), current)).To(Succeed())
 		g.Expect(current.Status.CurrentPrimary).NotTo(Equal(old.Name))
-		g.Expect(current.Status.Phase).To(Equal(pgv1.PhaseReady))
+		expectSettled(g, current)
 	}).WithTimeout(4 * time.Minute).WithPolling(time.Second).Should(Succeed())
 	AddReportEntry(name+": fault to Ready with "+old.Name+" streaming from "+current.Status.CurrentPrimary,
 		time.Since(start).Round(100*time.Millisecond).String())
@@ -67,6 +67,16 @@ func underFault(ctx context.Context, cluster *pgv1.PostgresCluster, name string,
 	expectReplication(ctx, cluster, current.Spec.Instances)
 	Expect(current.Status.Timeline).To(BeNumerically(">", 1))
 	Expect(clusterEventReasons(ctx, cluster, start)).To(ContainElements("FailoverStarted", "Fenced", "Promoted", "FailoverCompleted"))
+}
+
+// expectSettled: Ready, and every instance's agent reports a role (the status of the reconcile
+// that replaced a pod was decided on what it saw before).
+func expectSettled(g Gomega, c *pgv1.PostgresCluster) {
+	g.Expect(c.Status.Phase).To(Equal(pgv1.PhaseReady))
+	g.Expect(c.Status.InstancesStatus).To(HaveLen(int(c.Spec.Instances)))
+	for _, st := range c.Status.InstancesStatus {
+		g.Expect(st.Role).NotTo(BeEmpty(), "instance %s: %s", st.Name, st.Error)
+	}
 }
 
 // clusterEventReasons are the reasons of the Events about cluster since since.
@@ -161,7 +171,7 @@ func imageRollSpec(cluster **pgv1.PostgresCluster) {
 				g.Expect(pod.Spec.Containers[0].Image).To(Equal(image), "pod %s", pod.Name)
 			}
 			g.Expect(k8s.Get(ctx, client.ObjectKeyFromObject(c), current)).To(Succeed())
-			g.Expect(current.Status.Phase).To(Equal(pgv1.PhaseReady))
+			expectSettled(g, current)
 		}).WithTimeout(5 * time.Minute).WithPolling(time.Second).Should(Succeed())
 		AddReportEntry("image roll: spec change to every instance replaced and Ready", time.Since(start).Round(100*time.Millisecond).String())
 		checker.finish(ctx, "image roll")

@@ -64,7 +64,7 @@ func partitionSpec(cluster **pgv1.PostgresCluster) {
 		partition(netns, false)
 		Eventually(func(g Gomega) {
 			g.Expect(k8s.Get(ctx, client.ObjectKeyFromObject(c), current)).To(Succeed())
-			g.Expect(current.Status.Phase).To(Equal(pgv1.PhaseReady))
+			expectSettled(g, current)
 		}).WithTimeout(3 * time.Minute).WithPolling(time.Second).Should(Succeed())
 		AddReportEntry("partition: healed to Ready with the old primary streaming", time.Since(start).Round(100*time.Millisecond).String())
 		checker.finish(ctx, "partition")

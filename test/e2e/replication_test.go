@@ -104,7 +104,7 @@ var _ = Describe("Streaming replication", Ordered, func() {
 		Eventually(func(g Gomega) {
 			g.Expect(k8s.Get(ctx, client.ObjectKeyFromObject(cluster), current)).To(Succeed())
 			g.Expect(current.Status.CurrentPrimary).To(Equal(target))
-			g.Expect(current.Status.Phase).To(Equal(pgv1.PhaseReady))
+			expectSettled(g, current)
 		}).WithTimeout(3 * time.Minute).WithPolling(time.Second).Should(Succeed())
 		AddReportEntry("switchover "+old+" → "+target+" to Ready", time.Since(start).Round(100*time.Millisecond).String())
 		checker.finish(ctx, "switchover")
