@@ -61,7 +61,26 @@ type PostgresClusterSpec struct {
 	// +optional
 	// +operator-sdk:csv:customresourcedefinitions:type=spec,displayName="Failover Delay",xDescriptors={"urn:alm:descriptor:com.tectonic.ui:text"},order=6
 	FailoverDelay *metav1.Duration `json:"failoverDelay,omitempty"`
+
+	// How the primary's pod is replaced when its template changes (a new image, a new agent),
+	// after every replica's: switchover moves the primary to an updated replica first (a few
+	// seconds without writes); restart replaces the primary's pod where it is, holding failover
+	// back while it comes back (longer without writes, no change of primary).
+	// +kubebuilder:validation:Enum=switchover;restart
+	// +kubebuilder:default=switchover
+	// +optional
+	// +operator-sdk:csv:customresourcedefinitions:type=spec,displayName="Primary Update Method",xDescriptors={"urn:alm:descriptor:com.tectonic.ui:select:switchover","urn:alm:descriptor:com.tectonic.ui:select:restart"},order=8
+	PrimaryUpdateMethod PrimaryUpdateMethod `json:"primaryUpdateMethod,omitempty"`
 }
+
+// PrimaryUpdateMethod is how the primary's outdated pod is replaced.
+type PrimaryUpdateMethod string
+
+// Primary update methods.
+const (
+	PrimaryUpdateSwitchover PrimaryUpdateMethod = "switchover"
+	PrimaryUpdateRestart    PrimaryUpdateMethod = "restart"
+)
 
 // PVCReclaimPolicy says what happens to the instances' volume claims when the cluster is deleted.
 // +kubebuilder:validation:Enum=Retain;Delete
@@ -335,6 +354,12 @@ type PostgresClusterStatus struct {
 	// +optional
 	// +operator-sdk:csv:customresourcedefinitions:type=status,displayName="Switchover Reason",xDescriptors={"urn:alm:descriptor:text"},order=14
 	SwitchoverReason string `json:"switchoverReason,omitempty"`
+
+	// When pgpilot deleted the primary's outdated pod to replace it in place
+	// (primaryUpdateMethod restart); failover waits for it meanwhile, up to two minutes.
+	// +optional
+	// +operator-sdk:csv:customresourcedefinitions:type=status,displayName="Primary Replaced At",xDescriptors={"urn:alm:descriptor:com.tectonic.ui:hidden"},order=16
+	PrimaryReplacedAt *metav1.Time `json:"primaryReplacedAt,omitempty"`
 
 	// Why a running failover started (what failed); empty during a switchover.
 	// +optional

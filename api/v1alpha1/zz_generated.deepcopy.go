@@ -221,6 +221,10 @@ func (in *PostgresClusterStatus) DeepCopyInto(out *PostgresClusterStatus) {
 		in, out := &in.TargetPrimaryTimestamp, &out.TargetPrimaryTimestamp
 		*out = (*in).DeepCopy()
 	}
+	if in.PrimaryReplacedAt != nil {
+		in, out := &in.PrimaryReplacedAt, &out.PrimaryReplacedAt
+		*out = (*in).DeepCopy()
+	}
 	if in.InstancesStatus != nil {
 		in, out := &in.InstancesStatus, &out.InstancesStatus
 		*out = make([]InstanceStatus, len(*in))

@@ -136,3 +136,29 @@ func TestFailoverCancelledWhenThePrimaryComesBack(t *testing.T) {
 		t.Errorf("lease %q, promoted %v, fenced %v", holder, agents.promoted, agents.fenced)
 	}
 }
+
+// A primary whose pod pgpilot replaces in place (primaryUpdateMethod restart) is waited for,
+// not failed over; back and fenced (it gave the Lease up on shutdown), it gets the Lease again.
+func TestPrimaryReplacedInPlaceHoldsFailover(t *testing.T) {
+	cluster := testCluster(2)
+	cluster.Status.CurrentPrimary = "db-0"
+	replaced := metav1.Now()
+	cluster.Status.PrimaryReplacedAt = &replaced
+	r, agents, leases := reconcilerWithLease(cluster)
+	s := newScope(cluster)
+	s.observed = &observed{pods: []corev1.Pod{testPod("db-1", pgbuilder.RoleReplica, true)},
+		reports: map[string]*agentapi.Status{"db-1": replica("0/1", "0/1", false)}}
+	st, err := r.failover(context.Background(), s)
+	if err != nil || st == nil || st.reason != reasonPrimaryReplacing || s.targetPrimary != "" {
+		t.Fatalf("pod gone while replaced: %+v %v, target %q", st, err, s.targetPrimary)
+	}
+	s = newScope(cluster)
+	s.observed = &observed{pods: []corev1.Pod{testPod("db-0", pgbuilder.RoleReplica, false), testPod("db-1", pgbuilder.RoleReplica, true)},
+		reports: map[string]*agentapi.Status{"db-0": {Fenced: true, FencedReason: "the primary lease names no instance"}, "db-1": replica("0/1", "0/1", false)}}
+	if st, err := r.failover(context.Background(), s); err != nil || st == nil || st.reason != "PrimaryRestarting" {
+		t.Fatalf("back and fenced: %+v %v", st, err)
+	}
+	if holder := leaseHolderIn(t, leases, cluster); holder != "db-0" || len(agents.promoted) != 0 {
+		t.Errorf("lease %q, promoted %v", holder, agents.promoted)
+	}
+}

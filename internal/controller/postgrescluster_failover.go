@@ -74,7 +74,18 @@ func (r *PostgresClusterReconciler) detectFailure(ctx context.Context, s *scope,
 	problem := primaryProblem(s.observed, current)
 	failingFor := r.leases().since(r.leases().failing, s.cluster.UID, problem != "", time.Now())
 	if problem == "" {
+		if pod := s.observed.pod(current); s.primaryReplacedAt != nil && pod != nil && s.primaryReplacedAt.Before(&pod.CreationTimestamp) {
+			s.primaryReplacedAt = nil // back, in its new pod
+		}
 		return nil, nil
+	}
+	if s.primaryReplacedAt != nil && time.Since(s.primaryReplacedAt.Time) < primaryReplaceHold {
+		// pgpilot replaces this pod on purpose (primaryUpdateMethod restart): no failover.
+		s.primary = current
+		if report := s.observed.reports[current]; report != nil && report.Fenced {
+			return r.restartFencedPrimary(ctx, s, current, "the primary's pod was replaced")
+		}
+		return waitFor(reasonPrimaryReplacing, fmt.Sprintf("%s; its pod is being replaced in place (primaryUpdateMethod restart)", problem)), nil
 	}
 	s.primary = current
 	// Start watching the Lease now: an unreachable primary's lapses LeaseExpiry after this.

@@ -4,11 +4,14 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	pgv1 "github.com/pgpilot/pgpilot-operator/api/v1alpha1"
 	pgbuilder "github.com/pgpilot/pgpilot-operator/internal/builder"
 	"github.com/pgpilot/pgpilot-operator/internal/instance/agentapi"
 )
@@ -19,9 +22,14 @@ const SwitchoverForUpdate = "the primary's pod runs an outdated template"
 
 // Reasons of the update stage's waits; the phase is Upgrading meanwhile.
 const (
-	reasonRollingUpdate = "RollingUpdate"
-	reasonUpdateWaiting = "UpdateWaiting"
+	reasonRollingUpdate    = "RollingUpdate"
+	reasonUpdateWaiting    = "UpdateWaiting"
+	reasonPrimaryReplacing = "PrimaryReplacing"
 )
+
+// primaryReplaceHold is how long failover waits for a primary whose pod pgpilot replaces in
+// place; after it, the primary counts as failed like any other.
+const primaryReplaceHold = 2 * time.Minute
 
 // +kubebuilder:rbac:groups="",resources=pods,verbs=delete
 
@@ -41,8 +49,12 @@ func (r *PostgresClusterReconciler) rollOutTemplate(ctx context.Context, s *scop
 			len(outdated))), nil
 	}
 	next := outdated[0]
-	if next == s.primary && len(s.observed.pods) > 1 {
+	if next == s.primary && len(s.observed.pods) > 1 && s.cluster.Spec.PrimaryUpdateMethod != pgv1.PrimaryUpdateRestart {
 		return r.switchoverForUpdate(s, outdated)
+	}
+	if next == s.primary {
+		now := metav1.Now()
+		s.primaryReplacedAt = &now // recorded with this reconcile's status: failover waits for it
 	}
 	pod := s.observed.pod(next)
 	if err := r.Delete(ctx, pod, client.Preconditions{UID: &pod.UID}); client.IgnoreNotFound(err) != nil {

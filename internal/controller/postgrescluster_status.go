@@ -73,6 +73,7 @@ type summary struct {
 	credentialsVersions map[string]string
 	// targetPrimary and switchoverLSN: a running switchover; with failoverReason, a failover.
 	targetPrimary, switchoverLSN, failoverReason, switchoverRequest, switchoverReason string
+	primaryReplacedAt                                                                 *metav1.Time
 	// timeline is the primary's, 0 when its agent did not say.
 	timeline int64
 	// now stamps the primary and target changes.
@@ -94,6 +95,7 @@ func summarize(s *scope) summary {
 		failoverReason:    s.failoverReason,
 		switchoverRequest: s.switchoverRequest,
 		switchoverReason:  s.switchoverReason,
+		primaryReplacedAt: s.primaryReplacedAt,
 		now:               metav1.Now(),
 	}
 	if report := s.observed.reports[sum.primary]; report != nil && report.Role == agentapi.RolePrimary {
@@ -164,6 +166,7 @@ func computeStatus(status *pgv1.PostgresClusterStatus, o summary) {
 	}
 	status.TargetPrimary, status.SwitchoverLSN, status.FailoverReason = o.targetPrimary, o.switchoverLSN, o.failoverReason
 	status.SwitchoverRequest, status.SwitchoverReason = o.switchoverRequest, o.switchoverReason
+	status.PrimaryReplacedAt = o.primaryReplacedAt
 	status.OperatorVersion = o.operator
 	if o.instancesStatus != nil {
 		status.InstancesStatus = o.instancesStatus
@@ -242,7 +245,8 @@ func phase(o summary) pgv1.Phase {
 		return pgv1.PhaseFailingOver
 	case o.targetPrimary != "":
 		return pgv1.PhaseSwitchingOver
-	case o.waiting != nil && (o.waiting.reason == reasonRollingUpdate || o.waiting.reason == reasonUpdateWaiting):
+	case o.waiting != nil && (o.waiting.reason == reasonRollingUpdate || o.waiting.reason == reasonUpdateWaiting ||
+		o.waiting.reason == reasonPrimaryReplacing):
 		// Decided on what was seen before this reconcile replaced a pod: never Ready.
 		return pgv1.PhaseUpgrading
 	case o.primary != "" && !o.primaryReady:

@@ -5,6 +5,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	pgv1 "github.com/pgpilot/pgpilot-operator/api/v1alpha1"
 	"github.com/pgpilot/pgpilot-operator/internal/instance/agentapi"
@@ -31,6 +32,9 @@ type scope struct {
 	// switchoverRequest is the switchover annotation's value last acted on; switchoverReason
 	// why a running switchover started (SwitchoverForUpdate, or empty for the annotation).
 	switchoverRequest, switchoverReason string
+	// primaryReplacedAt: the primary's pod was deleted to be replaced in place; failover
+	// waits for it.
+	primaryReplacedAt *metav1.Time
 	// waiting says why the cluster is not there yet (condition reason and message).
 	waiting *reasonMessage
 	// failure says why the cluster cannot proceed: bad input or an error.
@@ -60,7 +64,7 @@ func newScope(cluster *pgv1.PostgresCluster) *scope {
 	return &scope{cluster: cluster, original: cluster.DeepCopy(), observed: &observed{},
 		targetPrimary: cluster.Status.TargetPrimary, switchoverLSN: cluster.Status.SwitchoverLSN,
 		failoverReason: cluster.Status.FailoverReason, switchoverRequest: cluster.Status.SwitchoverRequest,
-		switchoverReason: cluster.Status.SwitchoverReason}
+		switchoverReason: cluster.Status.SwitchoverReason, primaryReplacedAt: cluster.Status.PrimaryReplacedAt}
 }
 
 // pod is the instance pod named name, or nil.

@@ -148,37 +148,53 @@ func commandOf(proc string) string {
 }
 
 // imageRollSpec changes the PostgreSQL image (the same image under a second tag) under a write
-// checker: pgpilot replaces the replica first, switches over to it, then replaces the old
-// primary, never more than one instance at a time.
+// checker, then back with primaryUpdateMethod restart: pgpilot replaces the replica first, then
+// moves the primary by a switchover, or replaces its pod in place; never more than one instance
+// at a time.
 func imageRollSpec(cluster **pgv1.PostgresCluster) {
 	It("rolls a PostgreSQL image change replica first, then by a switchover, losing no acknowledged write", func(ctx SpecContext) {
-		c := *cluster
 		image := os.Getenv("E2E_POSTGRES_SECOND_TAG")
 		Expect(image).NotTo(BeEmpty(), "E2E_POSTGRES_SECOND_TAG: run the suite through test/e2e/run.sh")
-		current := &pgv1.PostgresCluster{}
-		Expect(k8s.Get(ctx, client.ObjectKeyFromObject(c), current)).To(Succeed())
-		oldPrimary := current.Status.CurrentPrimary
-		checker := startWriteChecker(ctx, c)
-		time.Sleep(2 * time.Second)
-		start := time.Now()
-		Expect(retry.RetryOnConflict(retry.DefaultRetry, func() error {
-			Expect(k8s.Get(ctx, client.ObjectKeyFromObject(c), current)).To(Succeed())
-			current.Spec.Image = image
-			return k8s.Update(ctx, current)
-		})).To(Succeed())
-		Eventually(func(g Gomega) {
-			for _, pod := range clusterPods(ctx, c) {
-				g.Expect(pod.Spec.Containers[0].Image).To(Equal(image), "pod %s", pod.Name)
-			}
-			g.Expect(k8s.Get(ctx, client.ObjectKeyFromObject(c), current)).To(Succeed())
-			expectSettled(g, current)
-		}).WithTimeout(5 * time.Minute).WithPolling(time.Second).Should(Succeed())
-		AddReportEntry("image roll: spec change to every instance replaced and Ready", time.Since(start).Round(100*time.Millisecond).String())
-		checker.finish(ctx, "image roll")
+		current, oldPrimary, reasons := rollUnderWrites(ctx, *cluster, "image roll", image, pgv1.PrimaryUpdateSwitchover)
 		Expect(current.Status.CurrentPrimary).NotTo(Equal(oldPrimary), "the primary was not moved by a switchover")
-		reasons := clusterEventReasons(ctx, c, start)
 		Expect(reasons).To(ContainElements("InstanceUpdating", "SwitchoverStarted", "SwitchoverCompleted"))
 		Expect(reasons).NotTo(ContainElement("FailoverStarted"), "the primary's replacement caused a failover")
-		expectReplication(ctx, c, current.Spec.Instances)
 	})
+	It("replaces the primary's pod in place with primaryUpdateMethod restart, keeping the primary", func(ctx SpecContext) {
+		image := os.Getenv("E2E_POSTGRES_IMAGE") // back from the second tag the spec above set
+		Expect(image).NotTo(BeEmpty(), "E2E_POSTGRES_IMAGE: run the suite through test/e2e/run.sh")
+		current, oldPrimary, reasons := rollUnderWrites(ctx, *cluster, "in-place roll", image, pgv1.PrimaryUpdateRestart)
+		Expect(current.Status.CurrentPrimary).To(Equal(oldPrimary), "the primary moved")
+		Expect(reasons).To(ContainElements("InstanceUpdating", "PrimaryRestarted"))
+		Expect(reasons).NotTo(ContainElement("FailoverStarted"))
+		Expect(reasons).NotTo(ContainElement("SwitchoverStarted"))
+	})
+}
+
+// rollUnderWrites changes the image and the primary update method under a write checker,
+// waits until every instance runs the image and the cluster settled, and returns the cluster,
+// the primary before, and the Events' reasons since the change.
+func rollUnderWrites(ctx context.Context, c *pgv1.PostgresCluster, name, image string, method pgv1.PrimaryUpdateMethod) (*pgv1.PostgresCluster, string, []string) {
+	current := &pgv1.PostgresCluster{}
+	Expect(k8s.Get(ctx, client.ObjectKeyFromObject(c), current)).To(Succeed())
+	oldPrimary := current.Status.CurrentPrimary
+	checker := startWriteChecker(ctx, c)
+	time.Sleep(2 * time.Second)
+	start := time.Now()
+	Expect(retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		Expect(k8s.Get(ctx, client.ObjectKeyFromObject(c), current)).To(Succeed())
+		current.Spec.Image, current.Spec.PrimaryUpdateMethod = image, method
+		return k8s.Update(ctx, current)
+	})).To(Succeed())
+	Eventually(func(g Gomega) {
+		for _, pod := range clusterPods(ctx, c) {
+			g.Expect(pod.Spec.Containers[0].Image).To(Equal(image), "pod %s", pod.Name)
+		}
+		g.Expect(k8s.Get(ctx, client.ObjectKeyFromObject(c), current)).To(Succeed())
+		expectSettled(g, current)
+	}).WithTimeout(5 * time.Minute).WithPolling(time.Second).Should(Succeed())
+	AddReportEntry(name+": spec change to every instance replaced and Ready", time.Since(start).Round(100*time.Millisecond).String())
+	checker.finish(ctx, name)
+	expectReplication(ctx, c, current.Spec.Instances)
+	return current, oldPrimary, clusterEventReasons(ctx, c, start)
 }
