@@ -52,9 +52,13 @@ func (r *PostgresClusterReconciler) rollOutTemplate(ctx context.Context, s *scop
 	if next == s.primary && len(s.observed.pods) > 1 && s.cluster.Spec.PrimaryUpdateMethod != pgv1.PrimaryUpdateRestart {
 		return r.switchoverForUpdate(s, outdated)
 	}
-	if next == s.primary {
+	if next == s.primary && s.cluster.Status.PrimaryReplacedAt == nil {
+		// Recorded in the status before the pod goes: a failover must find it when the pod
+		// disappears, even if this reconcile's status write loses a race.
 		now := metav1.Now()
-		s.primaryReplacedAt = &now // recorded with this reconcile's status: failover waits for it
+		s.primaryReplacedAt = &now
+		return &stop{reasonMessage: reasonMessage{reasonPrimaryReplacing, fmt.Sprintf("replacing the primary %s in place", next)},
+			retry: true, after: time.Second}, nil
 	}
 	pod := s.observed.pod(next)
 	if err := r.Delete(ctx, pod, client.Preconditions{UID: &pod.UID}); client.IgnoreNotFound(err) != nil {
