@@ -155,8 +155,7 @@ func (a *Agent) supervise(ctx context.Context) error {
 			// Not restarted here: the operator may be failing over already.
 			a.logFenceErr(a.fenceNow(fmt.Sprintf("postgres exited: %v", a.Instance.ExitErr()), a.keeper().Current().Transitions))
 		case now := <-ticker.C:
-			a.keepLease(ctx, now)
-			a.syncStandbys(ctx)
+			a.primaryTick(ctx, now)
 			a.resolveFence(ctx)
 			if now.Sub(lastConfigCheck) < a.Options.ConfigInterval || !a.Instance.Running() {
 				continue

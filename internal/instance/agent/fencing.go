@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/pgpilot/pgpilot-operator/internal/instance/agentapi"
 	"github.com/pgpilot/pgpilot-operator/internal/instance/postgres"
 )
@@ -280,14 +282,29 @@ func (a *Agent) lastRejoin() *agentapi.Rejoin {
 	return a.rejoined
 }
 
+// primaryTick is a running primary's work every second, over one local connection: note the
+// standbys' replies, keep the Lease (fencing when it is lost), set synchronous_standby_names.
+func (a *Agent) primaryTick(ctx context.Context, now time.Time) {
+	if a.fenced() != nil || !a.Instance.Running() || !a.isPrimary() {
+		return
+	}
+	local, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	conn, err := a.connect(local)
+	if err == nil {
+		defer func() { _ = conn.Close(context.Background()) }()
+		a.notePeers(local, conn, now)
+	}
+	a.keepLease(ctx, now)
+	if err == nil && a.fenced() == nil {
+		a.syncStandbys(local, conn)
+	}
+}
+
 // keepLease runs every tick on a running primary: renew when due; fence when the Lease went to
 // another instance, or when it could not be renewed for LeaseFenceAfter and no standby replied
 // within PeerWindow.
 func (a *Agent) keepLease(ctx context.Context, now time.Time) {
-	if a.fenced() != nil || !a.Instance.Running() || !a.isPrimary() {
-		return
-	}
-	a.notePeers(ctx, now)
 	l, renewed, err := a.keeper().RenewIfDue(ctx, now)
 	if renewed && errors.Is(err, ErrLeaseConflict) && l.Holder != a.Config.PodName {
 		a.logFenceErr(a.fenceNow(fmt.Sprintf("the primary lease was granted to %q", l.Holder), l.Transitions))
@@ -320,14 +337,7 @@ func (a *Agent) logFenceErr(err error) {
 
 // notePeers records when a standby's reply last arrived: when any standby's reply time
 // changed since the previous tick.
-func (a *Agent) notePeers(ctx context.Context, now time.Time) {
-	ctx, cancel := context.WithTimeout(ctx, time.Second)
-	defer cancel()
-	conn, err := a.connect(ctx)
-	if err != nil {
-		return
-	}
-	defer func() { _ = conn.Close(context.Background()) }()
+func (a *Agent) notePeers(ctx context.Context, conn *pgx.Conn, now time.Time) {
 	replies, err := postgres.StandbyReplies(ctx, conn)
 	if err != nil {
 		return

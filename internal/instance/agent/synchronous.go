@@ -7,7 +7,8 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/pgpilot/pgpilot-operator/internal/instance/agentapi"
 	"github.com/pgpilot/pgpilot-operator/internal/instance/postgres"
@@ -17,10 +18,7 @@ import (
 // configuration file (agentapi.SynchronousFile) and the standbys streaming now (notePeers'
 // last answer): in preferred mode a standby that stops streaming stops holding commits back
 // within a tick.
-func (a *Agent) syncStandbys(ctx context.Context) {
-	if a.fenced() != nil || !a.Instance.Running() || !a.isPrimary() {
-		return
-	}
+func (a *Agent) syncStandbys(ctx context.Context, conn *pgx.Conn) {
 	config, err := a.synchronousConfig()
 	if err != nil {
 		a.Log.Error(err, "synchronous replication configuration")
@@ -30,13 +28,6 @@ func (a *Agent) syncStandbys(ctx context.Context) {
 	streaming := slices.Sorted(maps.Keys(a.peerReplies))
 	a.stateMu.Unlock()
 	want := config.StandbyNames(a.Config.PodName, streaming)
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	defer cancel()
-	conn, err := a.connect(ctx)
-	if err != nil {
-		return
-	}
-	defer func() { _ = conn.Close(context.Background()) }()
 	changed, err := postgres.EnsureSynchronousStandbyNames(ctx, conn, want)
 	if err != nil {
 		a.Log.Error(err, "synchronous_standby_names")

@@ -105,13 +105,19 @@ func EnsurePrimaryConnInfo(ctx context.Context, conn *pgx.Conn, conninfo, passwo
 	if parsed, err := pgconn.ParseConfig(current); err == nil && parsed.Password == password {
 		return false, nil
 	}
-	if _, err := conn.Exec(ctx, "ALTER SYSTEM SET primary_conninfo = "+quoteLiteral(conninfo)); err != nil {
-		return false, fmt.Errorf("set primary_conninfo: %w", err)
+	return true, alterSystem(ctx, conn, "primary_conninfo", conninfo)
+}
+
+// alterSystem sets a server setting in postgresql.auto.conf and reloads the configuration;
+// name is one of pgpilot's own constants, value any string.
+func alterSystem(ctx context.Context, conn *pgx.Conn, name, value string) error {
+	if _, err := conn.Exec(ctx, "ALTER SYSTEM SET "+name+" = "+quoteLiteral(value)); err != nil {
+		return fmt.Errorf("set %s: %w", name, err)
 	}
 	if _, err := conn.Exec(ctx, "SELECT pg_reload_conf()"); err != nil {
-		return false, fmt.Errorf("reload: %w", err)
+		return fmt.Errorf("reload: %w", err)
 	}
-	return true, nil
+	return nil
 }
 
 // ConnInfo renders a libpq connection string from keyword/value pairs, each value quoted so

@@ -135,11 +135,5 @@ func EnsureSynchronousStandbyNames(ctx context.Context, conn *pgx.Conn, value st
 	if current == value {
 		return false, nil
 	}
-	if _, err := conn.Exec(ctx, "ALTER SYSTEM SET synchronous_standby_names TO "+quoteLiteral(value)); err != nil {
-		return false, fmt.Errorf("set synchronous_standby_names: %w", err)
-	}
-	if _, err := conn.Exec(ctx, "SELECT pg_reload_conf()"); err != nil {
-		return false, fmt.Errorf("reload: %w", err)
-	}
-	return true, nil
+	return true, alterSystem(ctx, conn, "synchronous_standby_names", value)
 }
