@@ -94,8 +94,9 @@ wait_until() {
   log "$what ready after $((SECONDS - start))s"
 }
 
-# start_daemon NAME COMMAND...: runs COMMAND inside the namespace in its own session, so that
-# it outlives the calling shell and no terminal signal reaches it; records its PID.
+# start_daemon NAME COMMAND...: runs COMMAND inside the namespace (DAEMON_NETNS, by default the
+# node's) in its own session, so that it outlives the calling shell and no terminal signal
+# reaches it; records its PID.
 start_daemon() {
   local name=$1 pidfile=$STATE/run/$1.pid
   shift
@@ -104,7 +105,7 @@ start_daemon() {
     return
   fi
   # setsid, nohup and nsenter each exec the next, so $! is the daemon's own PID.
-  setsid nohup nsenter --net="$NETNS_PATH" -- "$@" >"$STATE/logs/$name.log" 2>&1 </dev/null &
+  setsid nohup nsenter --net="${DAEMON_NETNS:-$NETNS_PATH}" -- "$@" >"$STATE/logs/$name.log" 2>&1 </dev/null &
   echo $! >"$pidfile"
 }
 

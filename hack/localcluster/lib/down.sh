@@ -5,24 +5,26 @@
 
 LAST_RUN=$CACHE_ROOT/localcluster-last-run
 
-# stop_containers: every container and sandbox, killed through containerd while it still runs.
+# stop_containers DAEMON CTR: every container and sandbox, killed through containerd (the
+# daemon named DAEMON; CTR names the array holding its ctr command) while it still runs.
 # Their network namespaces and the pod bridge go away with the node's namespace, so no CNI DEL
 # is needed.
 stop_containers() {
-  daemon_running containerd || return 0
+  daemon_running "$1" || return 0
+  local -n ctr=$2
   local id i
-  for id in $("${CTR[@]}" tasks ls -q 2>/dev/null); do
-    "${CTR[@]}" tasks kill --all --signal SIGKILL "$id" >/dev/null 2>&1 || true
+  for id in $("${ctr[@]}" tasks ls -q 2>/dev/null); do
+    "${ctr[@]}" tasks kill --all --signal SIGKILL "$id" >/dev/null 2>&1 || true
   done
   for ((i = 0; i < 25; i++)); do
-    "${CTR[@]}" tasks ls 2>/dev/null | grep -q RUNNING || break
+    "${ctr[@]}" tasks ls 2>/dev/null | grep -q RUNNING || break
     sleep 0.2
   done
-  for id in $("${CTR[@]}" tasks ls -q 2>/dev/null); do
-    "${CTR[@]}" tasks delete --force "$id" >/dev/null 2>&1 || true
+  for id in $("${ctr[@]}" tasks ls -q 2>/dev/null); do
+    "${ctr[@]}" tasks delete --force "$id" >/dev/null 2>&1 || true
   done
-  for id in $("${CTR[@]}" containers ls -q 2>/dev/null); do
-    "${CTR[@]}" containers delete "$id" >/dev/null 2>&1 || true
+  for id in $("${ctr[@]}" containers ls -q 2>/dev/null); do
+    "${ctr[@]}" containers delete "$id" >/dev/null 2>&1 || true
   done
 }
 
@@ -80,7 +82,7 @@ remove_default_locations() {
 
 down() {
   local start=$SECONDS baseline=$STATE/baseline clean=0
-  if [[ ! -e $STATE ]] && ! netns_exists; then
+  if [[ ! -e $STATE ]] && ! netns_exists && ! worker_exists; then
     log "no local cluster to tear down"
     return 0
   fi
@@ -88,7 +90,8 @@ down() {
   rm -f "$STATE/run/up"
   # Nothing may re-create pods while they are being removed.
   stop_daemons -g 20 kube-scheduler kube-controller-manager kubelet
-  stop_containers
+  worker_down
+  stop_containers containerd CTR
   # The API server before etcd: without etcd its shutdown hangs on reconnecting.
   stop_daemons kube-proxy kube-apiserver
   stop_daemons etcd registry containerd

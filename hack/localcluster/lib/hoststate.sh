@@ -45,16 +45,19 @@ rulesets() {
   if command -v nft >/dev/null; then nft list ruleset 2>/dev/null || true; fi
 }
 
-# cluster_processes: processes in the node's namespace, in kubelet's pod cgroups, running from
+# cluster_processes: processes in the nodes' namespaces, in kubelets' pod cgroups, running from
 # the state folder, or running the container runtime and registry binaries.
 cluster_processes() {
-  local node_ns="" p exe
+  local node_ns="" worker_ns="" p exe net
   netns_exists && node_ns=$(stat -Lc %i "$NETNS_PATH")
   [[ -z $node_ns && -f $STATE/run/netns.inode ]] && node_ns=$(<"$STATE/run/netns.inode")
+  worker_exists && worker_ns=$(stat -Lc %i "$WORKER_NETNS_PATH")
+  [[ -z $worker_ns && -f $STATE/run/worker-netns.inode ]] && worker_ns=$(<"$STATE/run/worker-netns.inode")
   for p in /proc/[0-9]*; do
     exe=$(readlink "$p/exe" 2>/dev/null) || continue
-    if [[ -n $node_ns && $(stat -Lc %i "$p/ns/net" 2>/dev/null) == "$node_ns" ]] ||
-      grep -q ':/kubepods' "$p/cgroup" 2>/dev/null ||
+    net=$(stat -Lc %i "$p/ns/net" 2>/dev/null) || continue
+    if [[ -n $node_ns && $net == "$node_ns" ]] || [[ -n $worker_ns && $net == "$worker_ns" ]] ||
+      grep -Eq ":/(kubepods|$WORKER_CGROUP)(/|$)" "$p/cgroup" 2>/dev/null ||
       [[ $exe == "$STATE"/* || $exe =~ /(containerd|containerd-shim-runc-v2|runc|docker-registry)$ ]]; then
       echo "${p#/proc/} $exe"
     fi

@@ -108,7 +108,7 @@ up() {
   install_packages
   build_components
   build_images
-  if [[ -e $STATE ]] || netns_exists; then
+  if [[ -e $STATE ]] || netns_exists || worker_exists; then
     log "leftovers of an earlier cluster found; tearing them down first"
     down
   fi
