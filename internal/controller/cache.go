@@ -4,6 +4,7 @@ import (
 	"strings"
 
 	appsv1 "k8s.io/api/apps/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -29,6 +30,7 @@ func CacheOptions(namespaces []string) cache.Options {
 		&corev1.ServiceAccount{}:        managed,
 		&rbacv1.Role{}:                  managed,
 		&rbacv1.RoleBinding{}:           managed,
+		&coordinationv1.Lease{}:         managed,
 	}}
 	if len(namespaces) > 0 {
 		opts.DefaultNamespaces = map[string]cache.Config{}

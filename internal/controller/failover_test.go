@@ -56,18 +56,21 @@ func TestPrimaryProblem(t *testing.T) {
 	deleting.DeletionTimestamp = &metav1.Time{Time: time.Now()}
 	primary := &agentapi.Status{Role: agentapi.RolePrimary}
 	for _, tc := range []struct {
-		name   string
-		pod    *corev1.Pod
-		report *agentapi.Status
-		failed bool
+		name      string
+		pod       *corev1.Pod
+		report    *agentapi.Status
+		silentFor time.Duration
+		failed    bool
 	}{
-		{"healthy", &ready, primary, false},
-		{"one slow answer from a ready pod is no failure", &ready, nil, false},
-		{"unready and silent", &unready, nil, true},
-		{"gone", nil, nil, true},
-		{"being deleted", deleting, primary, true},
-		{"fenced", &ready, &agentapi.Status{Fenced: true, FencedReason: "postgres exited"}, true},
-		{"running as a standby", &ready, replica("0/1", "0/1", true), true},
+		{"healthy", &ready, primary, 0, false},
+		{"one slow answer from a ready pod is no failure", &ready, nil, 0, false},
+		{"a ready pod's agent silent for less than the limit", &ready, nil, agentSilenceLimit - time.Second, false},
+		{"a ready pod's agent silent for the limit: its node may be lost", &ready, nil, agentSilenceLimit, true},
+		{"unready and silent", &unready, nil, 0, true},
+		{"gone", nil, nil, 0, true},
+		{"being deleted", deleting, primary, 0, true},
+		{"fenced", &ready, &agentapi.Status{Fenced: true, FencedReason: "postgres exited"}, 0, true},
+		{"running as a standby", &ready, replica("0/1", "0/1", true), 0, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			o := &observed{reports: map[string]*agentapi.Status{}, failures: map[string]string{"db-0": "timeout"}}
@@ -77,7 +80,7 @@ func TestPrimaryProblem(t *testing.T) {
 			if tc.report != nil {
 				o.reports["db-0"] = tc.report
 			}
-			if got := primaryProblem(o, "db-0"); (got != "") != tc.failed {
+			if got := primaryProblem(o, "db-0", tc.silentFor); (got != "") != tc.failed {
 				t.Errorf("problem %q, want failed=%v", got, tc.failed)
 			}
 		})
@@ -141,5 +144,31 @@ func TestQuorumShortfall(t *testing.T) {
 				t.Errorf("shortfall %d, want %d", got, tc.shortfall)
 			}
 		})
+	}
+}
+
+// The watchdog wakes a cluster once per Lease version that stays unrenewed, and never one
+// whose Lease nobody holds.
+func TestStaleLeaseAlarm(t *testing.T) {
+	tracker := (&PostgresClusterReconciler{}).leases()
+	held, released := types.NamespacedName{Namespace: "ns", Name: "held"}, types.NamespacedName{Namespace: "ns", Name: "released"}
+	start := time.Now()
+	tracker.watched("a", held, "1", "db-0", start)
+	tracker.watched("b", released, "7", "", start)
+	if got := tracker.stale(leaseAlarmAfter, start.Add(leaseAlarmAfter-time.Second)); len(got) != 0 {
+		t.Fatalf("alarm before leaseAlarmAfter: %v", got)
+	}
+	if got := tracker.stale(leaseAlarmAfter, start.Add(leaseAlarmAfter)); len(got) != 1 || got[0] != held {
+		t.Fatalf("alarms %v, want [%v]", got, held)
+	}
+	if got := tracker.stale(leaseAlarmAfter, start.Add(2*leaseAlarmAfter)); len(got) != 0 {
+		t.Fatalf("a second alarm for the same version: %v", got)
+	}
+	tracker.watched("a", held, "2", "db-0", start.Add(2*leaseAlarmAfter)) // renewed: armed again
+	if got := tracker.stale(leaseAlarmAfter, start.Add(3*leaseAlarmAfter)); len(got) != 1 {
+		t.Fatalf("no alarm after the renewal went stale: %v", got)
+	}
+	if unrenewed, seen := tracker.unrenewedFor("a", start.Add(3*leaseAlarmAfter)); !seen || unrenewed != leaseAlarmAfter {
+		t.Fatalf("unrenewedFor %s %v", unrenewed, seen)
 	}
 }

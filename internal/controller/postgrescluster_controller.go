@@ -8,19 +8,24 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/client-go/util/workqueue"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	pgv1 "github.com/pgpilot/pgpilot-operator/api/v1alpha1"
 	pgbuilder "github.com/pgpilot/pgpilot-operator/internal/builder"
@@ -67,6 +72,8 @@ type PostgresClusterReconciler struct {
 
 	leaseOnce    sync.Once
 	leaseTracker *leaseTracker
+	// leaseAlarms carries the clusters whose primary Lease stopped being renewed.
+	leaseAlarms chan event.TypedGenericEvent[types.NamespacedName]
 }
 
 func (r *PostgresClusterReconciler) notYet() ctrl.Result {
@@ -177,6 +184,10 @@ func (r *PostgresClusterReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if err := indexPodsByCluster(context.Background(), mgr.GetFieldIndexer()); err != nil {
 		return err
 	}
+	r.leaseAlarms = make(chan event.TypedGenericEvent[types.NamespacedName])
+	if err := mgr.Add(manager.RunnableFunc(r.alarmStaleLeases)); err != nil {
+		return err
+	}
 	return ctrl.NewControllerManagedBy(mgr).
 		// Spec changes, and annotations: the switchover trigger is one.
 		For(&pgv1.PostgresCluster{}, builder.WithPredicates(predicate.Or(
@@ -190,6 +201,8 @@ func (r *PostgresClusterReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Owns(&rbacv1.Role{}).
 		Owns(&rbacv1.RoleBinding{}).
 		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(podToCluster)).
+		WatchesRawSource(source.Kind(mgr.GetCache(), &coordinationv1.Lease{}, r.leaseWatchHandler())).
+		WatchesRawSource(source.Channel(r.leaseAlarms, enqueueAlarm)).
 		WithOptions(controller.Options{
 			MaxConcurrentReconciles: max(1, r.MaxConcurrentReconciles),
 			ReconciliationTimeout:   r.ReconcileTimeout,

@@ -38,6 +38,7 @@ func (r *PostgresClusterReconciler) failover(ctx context.Context, s *scope) (*st
 			"%s is the primary on timeline %d; %s was fenced and rejoins as a standby", target, report.Timeline, current)
 		s.targetPrimary, s.failoverReason = "", ""
 		r.leases().since(r.leases().failing, s.cluster.UID, false, time.Now())
+		r.leases().since(r.leases().silent, s.cluster.UID, false, time.Now())
 		return nil, nil // decidePrimary labels it
 	}
 	lease, err := r.readPrimaryLease(ctx, s)
@@ -71,13 +72,27 @@ func (r *PostgresClusterReconciler) failover(ctx context.Context, s *scope) (*st
 // detectFailure starts a failover once the primary has been failed for spec.failoverDelay and
 // a replica can take over.
 func (r *PostgresClusterReconciler) detectFailure(ctx context.Context, s *scope, current string) (*stop, error) {
-	problem := primaryProblem(s.observed, current)
+	silent := primarySilent(s.observed, current)
+	silentFor := r.leases().since(r.leases().silent, s.cluster.UID, silent, time.Now())
+	if unrenewed, seen := r.leases().unrenewedFor(s.cluster.UID, time.Now()); silent && seen {
+		silentFor = max(silentFor, unrenewed) // no sign of life either way
+	}
+	problem := primaryProblem(s.observed, current, silentFor)
 	failingFor := r.leases().since(r.leases().failing, s.cluster.UID, problem != "", time.Now())
 	if problem == "" {
 		if pod := s.observed.pod(current); s.primaryReplacedAt != nil && pod != nil && s.primaryReplacedAt.Before(&pod.CreationTimestamp) {
 			s.primaryReplacedAt = nil // back, in its new pod
 		}
-		return nil, nil
+		if !silent {
+			return nil, nil
+		}
+		// Watch the Lease from the first silence: if the node is lost, it lapses that much sooner.
+		if _, err := r.readPrimaryLease(ctx, s); err != nil {
+			return nil, err
+		}
+		return &stop{reasonMessage: reasonMessage{"PrimaryNotAnswering", fmt.Sprintf(
+			"the agent of the primary %s does not answer (%s); it counts as failed after %s", current,
+			s.observed.failures[current], agentSilenceLimit)}, retry: true, after: time.Second}, nil
 	}
 	if s.primaryReplacedAt != nil && time.Since(s.primaryReplacedAt.Time) < primaryReplaceHold {
 		// pgpilot replaces this pod on purpose (primaryUpdateMethod restart): no failover.
@@ -173,8 +188,9 @@ func (r *PostgresClusterReconciler) fenceHolder(ctx context.Context, s *scope, h
 }
 
 // primaryProblem says why the primary cannot serve, "" when it can. An agent that does not
-// answer counts only once the kubelet also finds the pod unready: one slow answer is no failure.
-func primaryProblem(o *observed, primary string) string {
+// answer counts once the kubelet also finds the pod unready, or once it has been silent for
+// agentSilenceLimit: one slow answer is no failure.
+func primaryProblem(o *observed, primary string, silentFor time.Duration) string {
 	pod := o.pod(primary)
 	report := o.reports[primary]
 	switch {
@@ -188,8 +204,25 @@ func primaryProblem(o *observed, primary string) string {
 		return fmt.Sprintf("the primary %s runs as a %s", primary, report.Role)
 	case report == nil && !podReady(pod):
 		return fmt.Sprintf("the primary %s is not ready and its agent does not answer (%s)", primary, o.failures[primary])
+	case report == nil && silentFor >= agentSilenceLimit:
+		return fmt.Sprintf("the agent of the primary %s has not answered for %s though the pod is still reported ready: its node may be lost (%s)",
+			primary, silentFor.Round(time.Second), o.failures[primary])
 	}
 	return ""
+}
+
+// agentSilenceLimit is how long the primary's agent may not answer while the API still calls
+// its pod ready. A lost node's kubelet cannot report its pods unready; the node controller marks
+// them only after its grace period (40 s and more), which is what makes other operators slow on
+// node loss. A pod whose probes fail is unready after 4 s (2 s × 2), so a silence that outlasts
+// that and one more question is no slow answer. Safety does not rest on it: the Lease must
+// still lapse before another instance is promoted.
+const agentSilenceLimit = 6 * time.Second
+
+// primarySilent: the primary's pod exists and is ready, but its agent did not answer.
+func primarySilent(o *observed, primary string) bool {
+	pod := o.pod(primary)
+	return pod != nil && podReady(pod) && o.reports[primary] == nil
 }
 
 // chooseCandidate is the replica that can take over with the least loss: the most WAL

@@ -21,7 +21,7 @@ import (
 
 // +kubebuilder:rbac:groups="",resources=serviceaccounts,verbs=get;list;watch;create;patch
 // +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=roles;rolebindings,verbs=get;list;watch;create;patch
-// +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;create;update
+// +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;create;update
 
 // ensureInstanceAccess gives the instance agents their ServiceAccount, and a Role that lets
 // them read and renew the cluster's primary Lease and nothing else.
@@ -36,9 +36,9 @@ func (r *PostgresClusterReconciler) ensureInstanceAccess(ctx context.Context, s 
 }
 
 // ensurePrimaryLease creates the primary Lease once, naming the current primary (the initial
-// one for a new cluster). It is not cached: the primary renews it every few seconds, and
-// watching it would wake the operator as often. After it exists, only failover and switchover
-// touch it, by a compare-and-swap grant.
+// one for a new cluster). Its renewals wake no reconcile (postgrescluster_leasewatch.go), and
+// a failover reads it from the API server, not the cache. After it exists, only failover and
+// switchover touch it, by a compare-and-swap grant.
 func (r *PostgresClusterReconciler) ensurePrimaryLease(ctx context.Context, s *scope) (*stop, error) {
 	if r.leases().known(s.cluster.UID) {
 		return nil, nil
@@ -108,17 +108,24 @@ type leaseTracker struct {
 	peersGone map[types.UID]time.Time
 	// failing is when the primary was first seen failed, for spec.failoverDelay.
 	failing map[types.UID]time.Time
+	// silent is when the primary's agent first did not answer while its pod was still ready.
+	silent map[types.UID]time.Time
 }
 
 type leaseSeen struct {
 	version string
 	at      time.Time
+	// From the watch, for the watchdog: whose Lease, who holds it, and whether the cluster was
+	// woken for this version already.
+	cluster types.NamespacedName
+	holder  string
+	alarmed bool
 }
 
 func (r *PostgresClusterReconciler) leases() *leaseTracker {
 	r.leaseOnce.Do(func() {
 		r.leaseTracker = &leaseTracker{created: map[types.UID]bool{}, seen: map[types.UID]leaseSeen{},
-			peersGone: map[types.UID]time.Time{}, failing: map[types.UID]time.Time{}}
+			peersGone: map[types.UID]time.Time{}, failing: map[types.UID]time.Time{}, silent: map[types.UID]time.Time{}}
 	})
 	return r.leaseTracker
 }
@@ -138,9 +145,49 @@ func (t *leaseTracker) remember(uid types.UID) {
 func (t *leaseTracker) observe(uid types.UID, version string, now time.Time) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if t.seen[uid].version != version {
-		t.seen[uid] = leaseSeen{version: version, at: now}
+	t.observeLocked(uid, version, now)
+}
+
+func (t *leaseTracker) observeLocked(uid types.UID, version string, now time.Time) leaseSeen {
+	seen := t.seen[uid]
+	if seen.version != version {
+		seen.version, seen.at, seen.alarmed = version, now, false
+		t.seen[uid] = seen
 	}
+	return seen
+}
+
+// watched records a version of cluster's Lease delivered by the watch.
+func (t *leaseTracker) watched(uid types.UID, cluster types.NamespacedName, version, holder string, now time.Time) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	seen := t.observeLocked(uid, version, now)
+	seen.cluster, seen.holder = cluster, holder
+	t.seen[uid] = seen
+}
+
+// stale returns, once per version, the clusters whose held Lease has not changed for after.
+func (t *leaseTracker) stale(after time.Duration, now time.Time) []types.NamespacedName {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var clusters []types.NamespacedName
+	for uid, seen := range t.seen {
+		if seen.holder == "" || seen.cluster.Name == "" || seen.alarmed || now.Sub(seen.at) < after {
+			continue
+		}
+		seen.alarmed = true
+		t.seen[uid] = seen
+		clusters = append(clusters, seen.cluster)
+	}
+	return clusters
+}
+
+// unrenewedFor is how long this process has seen the Lease unchanged, if it has seen it.
+func (t *leaseTracker) unrenewedFor(uid types.UID, now time.Time) (time.Duration, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	seen, ok := t.seen[uid]
+	return now.Sub(seen.at), ok
 }
 
 // unchangedFor is how long this process has seen the Lease keep its current version.
@@ -166,6 +213,15 @@ func (t *leaseTracker) since(m map[types.UID]time.Time, uid types.UID, holds boo
 	return now.Sub(first)
 }
 
+// suspected: the primary went silent or is being failed over from.
+func (t *leaseTracker) suspected(uid types.UID) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	_, silent := t.silent[uid]
+	_, failing := t.failing[uid]
+	return silent || failing
+}
+
 func (t *leaseTracker) forget(uid types.UID) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -173,6 +229,7 @@ func (t *leaseTracker) forget(uid types.UID) {
 	delete(t.seen, uid)
 	delete(t.peersGone, uid)
 	delete(t.failing, uid)
+	delete(t.silent, uid)
 }
 
 // leaseLapsed: the holder cannot be reached, and by now it has fenced itself: this process saw

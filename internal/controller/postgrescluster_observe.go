@@ -55,18 +55,20 @@ func (r *PostgresClusterReconciler) observe(ctx context.Context, s *scope) (*sto
 	return nil, nil
 }
 
-// unreadyAgentTimeout bounds the question to the agent of a pod the kubelet finds unready.
+// unreadyAgentTimeout bounds the question to the agent of a pod the kubelet finds unready, or
+// of a primary that already went silent or is being failed over from.
 const unreadyAgentTimeout = time.Second
 
 func (r *PostgresClusterReconciler) askAgents(ctx context.Context, s *scope) (map[string]*agentapi.Status, map[string]string) {
 	reports, failures := map[string]*agentapi.Status{}, map[string]string{}
 	var mu sync.Mutex
 	var wg sync.WaitGroup
+	suspect := r.leases().suspected(s.cluster.UID)
 	for i := range s.observed.pods {
 		pod := &s.observed.pods[i]
 		wg.Go(func() {
 			ctx := ctx
-			if !podReady(pod) {
+			if !podReady(pod) || (suspect && pod.Name == s.cluster.Status.CurrentPrimary) {
 				// Most likely down or cut off: do not let it slow every reconcile of a failover.
 				var cancel context.CancelFunc
 				ctx, cancel = context.WithTimeout(ctx, unreadyAgentTimeout)

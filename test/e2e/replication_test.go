@@ -96,16 +96,7 @@ var _ = Describe("Streaming replication", Ordered, func() {
 		checker := startWriteChecker(ctx, cluster)
 		time.Sleep(2 * time.Second) // writes acknowledged before the switchover, too
 		start := time.Now()
-		Expect(retry.RetryOnConflict(retry.DefaultRetry, func() error {
-			Expect(k8s.Get(ctx, client.ObjectKeyFromObject(cluster), current)).To(Succeed())
-			current.Annotations = map[string]string{pgv1.SwitchoverAnnotation: target}
-			return k8s.Update(ctx, current)
-		})).To(Succeed())
-		Eventually(func(g Gomega) {
-			g.Expect(k8s.Get(ctx, client.ObjectKeyFromObject(cluster), current)).To(Succeed())
-			g.Expect(current.Status.CurrentPrimary).To(Equal(target))
-			expectSettled(g, current)
-		}).WithTimeout(3 * time.Minute).WithPolling(time.Second).Should(Succeed())
+		switchoverTo(ctx, cluster, target)
 		AddReportEntry("switchover "+old+" → "+target+" to Ready", time.Since(start).Round(100*time.Millisecond).String())
 		checker.finish(ctx, "switchover")
 		expectReplication(ctx, cluster, current.Spec.Instances)

@@ -55,6 +55,9 @@ start=$SECONDS
 "$LOCALCLUSTER" up
 "$LOCALCLUSTER" tag-image "$E2E_POSTGRES_IMAGE" "$E2E_POSTGRES_SECOND_TAG"
 if [[ " $phases " == *" deploy "* ]]; then
+  # A second node, for the spec that cuts the power of the primary's node.
+  "$LOCALCLUSTER" worker add
+  export E2E_LOCALCLUSTER=$LOCALCLUSTER
   "$LOCALCLUSTER" deploy
   echo "e2e: cluster and operator ready in $((SECONDS - start))s"
   run_specs '!olm'
