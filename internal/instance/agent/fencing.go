@@ -42,10 +42,16 @@ func (a *Agent) fenced() *fence {
 	return a.fence
 }
 
+// rejoinRecordPath keeps the last rejoin beside PGDATA: the agent reports it until the next,
+// across restarts, so the operator announces what only the old primary had even if the agent
+// restarted right after rejoining.
+func (a *Agent) rejoinRecordPath() string {
+	return filepath.Join(filepath.Dir(a.Instance.DataDir), "pgpilot-rejoin.json")
+}
+
 // holdDown records the fence (file first: a crash after it still finds it) and remembers it.
 func (a *Agent) holdDown(f fence) error {
-	data, _ := json.Marshal(f)
-	if err := os.WriteFile(a.fenceMarkerPath(), data, 0o600); err != nil {
+	if err := writeJSONFile(a.fenceMarkerPath(), f); err != nil {
 		return fmt.Errorf("write fence marker: %w", err)
 	}
 	a.stateMu.Lock()
@@ -65,18 +71,46 @@ func (a *Agent) liftFence() error {
 }
 
 func (a *Agent) readFenceMarker() (*fence, error) {
-	data, err := os.ReadFile(a.fenceMarkerPath())
-	if os.IsNotExist(err) {
-		return nil, nil
-	}
-	if err != nil {
+	f := &fence{}
+	if found, err := readJSONFile(a.fenceMarkerPath(), f); !found || err != nil {
 		return nil, err
 	}
-	f := &fence{}
-	if err := json.Unmarshal(data, f); err != nil {
-		return nil, fmt.Errorf("fence marker %s: %w", a.fenceMarkerPath(), err)
-	}
 	return f, nil
+}
+
+// readRejoinRecord loads the last rejoin an earlier run of the agent recorded.
+func (a *Agent) readRejoinRecord() error {
+	rejoined := &agentapi.Rejoin{}
+	if found, err := readJSONFile(a.rejoinRecordPath(), rejoined); !found || err != nil {
+		return err
+	}
+	a.stateMu.Lock()
+	a.rejoined = rejoined
+	a.stateMu.Unlock()
+	return nil
+}
+
+func writeJSONFile(path string, v any) error {
+	data, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, data, 0o600)
+}
+
+// readJSONFile decodes path into v; found is false when it does not exist.
+func readJSONFile(path string, v any) (found bool, err error) {
+	data, err := os.ReadFile(path)
+	if os.IsNotExist(err) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	if err := json.Unmarshal(data, v); err != nil {
+		return false, fmt.Errorf("%s: %w", path, err)
+	}
+	return true, nil
 }
 
 // fenceNow stops a running primary immediately and holds it down. Immediate, not fast or
@@ -148,6 +182,9 @@ func (a *Agent) readLease(ctx context.Context) (Lease, error) {
 // primary only when the Lease names it and it renewed the Lease first; a primary the Lease no
 // longer names rejoins as a standby; otherwise it waits, fenced.
 func (a *Agent) startAsLeaseSays(ctx context.Context, l Lease) error {
+	if err := a.readRejoinRecord(); err != nil {
+		return err
+	}
 	marker, err := a.readFenceMarker()
 	if err != nil {
 		return err
@@ -263,6 +300,10 @@ func (a *Agent) rejoin(ctx context.Context) error {
 		}
 		if err := a.Instance.ConfigureStandby(a.primaryConnInfo(a.credentials()), agentapi.SlotName(a.Config.PodName)); err != nil {
 			return err
+		}
+		// Now a standby: a restart from here on would not rejoin again, so the record must last.
+		if err := writeJSONFile(a.rejoinRecordPath(), rejoined); err != nil {
+			return fmt.Errorf("write rejoin record: %w", err)
 		}
 		a.stateMu.Lock()
 		a.rejoined = rejoined

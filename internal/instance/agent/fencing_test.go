@@ -116,8 +116,19 @@ func TestFencedPrimaryWaitsForTheLeaseThenRejoins(t *testing.T) {
 		}
 		return nil
 	})
-	if s, _ := status(primary); s.Rejoined == nil || s.Rejoined.Method != agentapi.RejoinRewind {
-		t.Errorf("rejoin not reported: %+v", s)
+	rejoined, _ := status(primary)
+	if rejoined.Rejoined == nil || rejoined.Rejoined.Method != agentapi.RejoinRewind {
+		t.Fatalf("rejoin not reported: %+v", rejoined)
+	}
+	// A restart right after the rejoin does not lose its record: the operator may not have
+	// read it yet.
+	if err := primary.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	primary = pgtest.StartAgent(t, primary.Config, primary.Instance, leases)
+	awaitRole(t, primary, agentapi.RoleReplica, 2)
+	if s, _ := status(primary); s.Rejoined == nil || *s.Rejoined != *rejoined.Rejoined {
+		t.Errorf("after a restart the agent reports rejoin %+v, want %+v", s.Rejoined, rejoined.Rejoined)
 	}
 }
 
