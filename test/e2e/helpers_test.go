@@ -136,6 +136,30 @@ func dumpOnFailure(ctx context.Context) {
 		return
 	}
 	AddReportEntry("operator log", deploymentLogTail(ctx, operatorNamespace, operatorDeployment, 100))
+	AddReportEntry("instance logs", instanceLogTails(ctx, 30))
+}
+
+// instanceLogTails is the end of the PostgreSQL container's log of every instance pod, and of
+// its previous run when it restarted.
+func instanceLogTails(ctx context.Context, lines int64) string {
+	pods := &corev1.PodList{}
+	if err := k8s.List(ctx, pods, client.MatchingLabels{"app.kubernetes.io/managed-by": "pgpilot"}); err != nil {
+		return err.Error()
+	}
+	var out strings.Builder
+	for _, pod := range pods.Items {
+		for _, previous := range []bool{true, false} {
+			stream, err := clientset.CoreV1().Pods(pod.Namespace).GetLogs(pod.Name, &corev1.PodLogOptions{
+				Container: "postgres", Previous: previous, TailLines: ptr.To(lines)}).Stream(ctx)
+			if err != nil {
+				continue // no previous run, or the node is down
+			}
+			data, _ := io.ReadAll(stream)
+			_ = stream.Close()
+			fmt.Fprintf(&out, "--- %s/%s (previous run: %v)\n%s", pod.Namespace, pod.Name, previous, data)
+		}
+	}
+	return out.String()
 }
 
 // deploymentLogTail is the end of the log of each pod of a Deployment (by its pods' name prefix).
