@@ -105,8 +105,8 @@ vet: ## Run go vet against code.
 	go vet ./...
 
 .PHONY: test
-test: manifests generate fmt vet lint-shell fuzz-short envtest operator-sdk opm ## Run every test: shellcheck, a few seconds of every fuzz target, unit, envtest suites, packaging checks, the benchmark budgets, then the e2e specs on the local cluster.
-	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" go test $(GO_TEST_FLAGS) ./... -coverprofile cover.out
+test: host-packages manifests generate fmt vet lint-shell fuzz-short envtest versitygw operator-sdk opm ## Run every test: shellcheck, a few seconds of every fuzz target, unit, envtest suites, packaging checks, the benchmark budgets, then the e2e specs on the local cluster.
+	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" PGPILOT_VERSITYGW="$(VERSITYGW)" go test $(GO_TEST_FLAGS) ./... -coverprofile cover.out
 	$(MAKE) test-e2e
 
 .PHONY: bench
@@ -266,6 +266,16 @@ $(CONTROLLER_GEN): $(LOCALBIN)
 envtest: ## Build the envtest control plane binaries if they are not cached yet.
 	$(eval ENVTEST_ASSETS := $(shell hack/toolchain.sh envtest))
 	@test -x "$(ENVTEST_ASSETS)/kube-apiserver" || { echo "envtest assets missing in '$(ENVTEST_ASSETS)'" >&2; exit 1; }
+
+.PHONY: host-packages
+host-packages: ## Install the Debian packages the tests need on the host when missing (PostgreSQL 15, pgBackRest, shellcheck).
+	hack/host-packages.sh
+
+# The S3 server of the backup tests (pgBackRest's repository), built like the control plane.
+.PHONY: versitygw
+versitygw: ## Build VersityGW (the backup tests' S3 server) if it is not cached yet.
+	$(eval VERSITYGW := $(shell hack/toolchain.sh versitygw)/versitygw)
+	@test -x "$(VERSITYGW)" || { echo "versitygw missing: '$(VERSITYGW)'" >&2; exit 1; }
 
 .PHONY: golangci-lint
 golangci-lint: $(GOLANGCI_LINT) ## Download golangci-lint locally if necessary.

@@ -10,6 +10,7 @@
 #   hack/toolchain.sh olm            olm, catalog, package-server, copy-content, cpb (OLM's image)
 #   hack/toolchain.sh grpc-health-probe  grpc_health_probe (the opm image's catalog pod probe)
 #   hack/toolchain.sh envtest        a KUBEBUILDER_ASSETS folder (kube-apiserver, etcd, kubectl)
+#   hack/toolchain.sh versitygw      VersityGW, the S3 server of the backup tests
 set -euo pipefail
 
 KUBERNETES_VERSION=v1.37.2
@@ -20,6 +21,7 @@ OLM_VERSION=v0.38.0
 # is rendered by the opm that OLM's unpack Jobs and catalog pods run.
 OPM_VERSION=v1.61.0
 GRPC_HEALTH_PROBE_VERSION=v0.4.62
+VERSITYGW_VERSION=v1.8.0
 
 HACK_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 CACHE_ROOT=${PGPILOT_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/pgpilot}
@@ -90,6 +92,11 @@ build_grpc_health_probe() {
     -o "$1/grpc_health_probe" github.com/grpc-ecosystem/grpc-health-probe)
 }
 
+build_versitygw() {
+  (cd "$HACK_DIR/toolchain/versitygw" && go build -trimpath -ldflags "-s -w" -o "$1/versitygw" \
+    github.com/versity/versitygw/cmd/versitygw)
+}
+
 # envtest wants one folder with kube-apiserver, etcd and kubectl; link them from their caches.
 build_envtest() {
   local k8s etcd
@@ -106,6 +113,7 @@ case "${1:-}" in
   opm) build_once opm "$OPM_VERSION" build_opm ;;
   olm) build_once olm "$OLM_VERSION" build_olm ;;
   grpc-health-probe) build_once grpc-health-probe "$GRPC_HEALTH_PROBE_VERSION" build_grpc_health_probe ;;
+  versitygw) build_once versitygw "$VERSITYGW_VERSION" build_versitygw ;;
   envtest) build_once envtest "$KUBERNETES_VERSION-etcd-$ETCD_VERSION" build_envtest ;;
-  *) echo "usage: $0 kubernetes|kubernetes-node|etcd|operator-sdk|opm|olm|grpc-health-probe|envtest" >&2; exit 2 ;;
+  *) echo "usage: $0 kubernetes|kubernetes-node|etcd|operator-sdk|opm|olm|grpc-health-probe|versitygw|envtest" >&2; exit 2 ;;
 esac

@@ -37,6 +37,9 @@ type Instance struct {
 	// IdentMap is the content of the server's pg_ident.conf (ident_file), written next to the
 	// effective configuration.
 	IdentMap string
+	// Env is added to the environment of the server and its tools: pgBackRest's repository
+	// keys, which archive_command needs and no file may hold.
+	Env []string
 	// Output receives the server's log.
 	Output io.Writer
 	// RunAs runs the server binaries as another user. In a pod the agent already runs as the
@@ -257,7 +260,7 @@ func (i *Instance) command(binary string, args ...string) *exec.Cmd {
 func (i *Instance) prepare(cmd *exec.Cmd) {
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: i.RunAs}
 	cmd.Stdout, cmd.Stderr = i.logOutput(), i.logOutput()
-	cmd.Env = append(os.Environ(), "LC_ALL=C")
+	cmd.Env = append(append(os.Environ(), "LC_ALL=C"), i.Env...)
 }
 
 func (i *Instance) logOutput() io.Writer {
