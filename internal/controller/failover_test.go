@@ -172,3 +172,18 @@ func TestStaleLeaseAlarm(t *testing.T) {
 		t.Fatalf("unrenewedFor %s %v", unrenewed, seen)
 	}
 }
+
+// Only an agent heard before can fall silent: a primary of an old release without an agent,
+// or one this process never heard, is not failed over for its silence.
+func TestHeardFrom(t *testing.T) {
+	tracker := (&PostgresClusterReconciler{}).leases()
+	if tracker.heardFrom("c", "db-0", false) {
+		t.Fatal("heard from an agent that never answered")
+	}
+	if !tracker.heardFrom("c", "db-0", true) || !tracker.heardFrom("c", "db-0", false) {
+		t.Fatal("an agent that answered once was not heard")
+	}
+	if tracker.heardFrom("c", "db-1", false) {
+		t.Fatal("heard from a new primary that never answered")
+	}
+}

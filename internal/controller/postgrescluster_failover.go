@@ -72,7 +72,8 @@ func (r *PostgresClusterReconciler) failover(ctx context.Context, s *scope) (*st
 // detectFailure starts a failover once the primary has been failed for spec.failoverDelay and
 // a replica can take over.
 func (r *PostgresClusterReconciler) detectFailure(ctx context.Context, s *scope, current string) (*stop, error) {
-	silent := primarySilent(s.observed, current)
+	heard := r.leases().heardFrom(s.cluster.UID, current, s.observed.reports[current] != nil)
+	silent := heard && primarySilent(s.observed, current)
 	silentFor := r.leases().since(r.leases().silent, s.cluster.UID, silent, time.Now())
 	if unrenewed, seen := r.leases().unrenewedFor(s.cluster.UID, time.Now()); silent && seen {
 		silentFor = max(silentFor, unrenewed) // no sign of life either way

@@ -110,6 +110,9 @@ type leaseTracker struct {
 	failing map[types.UID]time.Time
 	// silent is when the primary's agent first did not answer while its pod was still ready.
 	silent map[types.UID]time.Time
+	// heard is the primary whose agent this process last heard answer: only an agent heard
+	// before can fall silent (an instance of an old release may have none).
+	heard map[types.UID]string
 }
 
 type leaseSeen struct {
@@ -125,7 +128,8 @@ type leaseSeen struct {
 func (r *PostgresClusterReconciler) leases() *leaseTracker {
 	r.leaseOnce.Do(func() {
 		r.leaseTracker = &leaseTracker{created: map[types.UID]bool{}, seen: map[types.UID]leaseSeen{},
-			peersGone: map[types.UID]time.Time{}, failing: map[types.UID]time.Time{}, silent: map[types.UID]time.Time{}}
+			peersGone: map[types.UID]time.Time{}, failing: map[types.UID]time.Time{}, silent: map[types.UID]time.Time{},
+			heard: map[types.UID]string{}}
 	})
 	return r.leaseTracker
 }
@@ -213,6 +217,17 @@ func (t *leaseTracker) since(m map[types.UID]time.Time, uid types.UID, holds boo
 	return now.Sub(first)
 }
 
+// heardFrom notes that primary's agent answered (answered) and reports whether this process
+// has heard it answer since it became the primary it knows.
+func (t *leaseTracker) heardFrom(uid types.UID, primary string, answered bool) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if answered {
+		t.heard[uid] = primary
+	}
+	return t.heard[uid] == primary
+}
+
 // suspected: the primary went silent or is being failed over from.
 func (t *leaseTracker) suspected(uid types.UID) bool {
 	t.mu.Lock()
@@ -230,6 +245,7 @@ func (t *leaseTracker) forget(uid types.UID) {
 	delete(t.peersGone, uid)
 	delete(t.failing, uid)
 	delete(t.silent, uid)
+	delete(t.heard, uid)
 }
 
 // leaseLapsed: the holder cannot be reached, and by now it has fenced itself: this process saw
