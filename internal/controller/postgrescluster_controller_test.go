@@ -7,6 +7,7 @@ import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	appsv1 "k8s.io/api/apps/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -113,6 +114,17 @@ var _ = Describe("PostgresCluster reconciler", func() {
 			g.Expect(*sts.Spec.Replicas).To(Equal(int32(3)))
 			g.Expect(get(rw)).To(Succeed())
 			g.Expect(rw.UID).NotTo(Equal(oldUID))
+		}).Should(Succeed())
+	})
+
+	It("creates the primary Lease again when it is deleted", func() {
+		lease := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: pgbuilder.PrimaryLeaseName(cluster), Namespace: cluster.Namespace}}
+		Eventually(get).WithArguments(lease).Should(Succeed())
+		oldUID := lease.UID
+		Expect(k8sClient.Delete(ctx, lease)).To(Succeed())
+		Eventually(func(g Gomega) {
+			g.Expect(get(lease)).To(Succeed())
+			g.Expect(lease.UID).NotTo(Equal(oldUID))
 		}).Should(Succeed())
 	})
 

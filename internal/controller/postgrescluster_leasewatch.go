@@ -25,7 +25,8 @@ import (
 // leaseAlarmAfter: two renewals missed.
 const leaseAlarmAfter = 2*agentapi.LeaseRenewInterval + time.Second
 
-// leaseWatchHandler records each Lease version it sees; it never enqueues.
+// leaseWatchHandler records each Lease version it sees and enqueues nothing for it. A deleted
+// Lease is forgotten and its cluster reconciled, which creates it again.
 func (r *PostgresClusterReconciler) leaseWatchHandler() handler.TypedEventHandler[*coordinationv1.Lease, reconcile.Request] {
 	type queue = workqueue.TypedRateLimitingInterface[reconcile.Request]
 	return handler.TypedFuncs[*coordinationv1.Lease, reconcile.Request]{
@@ -35,16 +36,28 @@ func (r *PostgresClusterReconciler) leaseWatchHandler() handler.TypedEventHandle
 		UpdateFunc: func(_ context.Context, e event.TypedUpdateEvent[*coordinationv1.Lease], _ queue) {
 			r.noteWatchedLease(e.ObjectNew)
 		},
+		DeleteFunc: func(_ context.Context, e event.TypedDeleteEvent[*coordinationv1.Lease], q queue) {
+			if uid, cluster, ok := leaseCluster(e.Object); ok {
+				r.leases().forget(uid)
+				q.Add(reconcile.Request{NamespacedName: cluster})
+			}
+		},
 	}
 }
 
 func (r *PostgresClusterReconciler) noteWatchedLease(lease *coordinationv1.Lease) {
+	if uid, cluster, ok := leaseCluster(lease); ok {
+		r.leases().watched(uid, cluster, lease.ResourceVersion, leaseHolder(lease), time.Now())
+	}
+}
+
+// leaseCluster is the cluster a primary Lease belongs to, by its controller reference.
+func leaseCluster(lease *coordinationv1.Lease) (types.UID, types.NamespacedName, bool) {
 	owner := metav1.GetControllerOf(lease)
 	if owner == nil || owner.APIVersion != pgv1.GroupVersion.String() || owner.Kind != "PostgresCluster" {
-		return
+		return "", types.NamespacedName{}, false
 	}
-	r.leases().watched(owner.UID, types.NamespacedName{Namespace: lease.Namespace, Name: owner.Name},
-		lease.ResourceVersion, leaseHolder(lease), time.Now())
+	return owner.UID, types.NamespacedName{Namespace: lease.Namespace, Name: owner.Name}, true
 }
 
 // alarmStaleLeases wakes, once per Lease version, each cluster whose held Lease this process

@@ -80,7 +80,16 @@ func (a *Agent) roles(c agentapi.Credentials) postgres.Roles {
 
 // primaryConnInfo is how a standby reaches the primary, for the clone and for streaming.
 func (a *Agent) primaryConnInfo(c agentapi.Credentials) string {
-	return postgres.ConnInfo("host", a.Config.PrimaryHost, "port", strconv.Itoa(a.Config.PostgresPort),
-		"user", a.Config.ReplicationUser, "password", c.ReplicationPassword,
-		"application_name", a.Config.PodName, "connect_timeout", "5")
+	return a.connInfoToPrimary(a.Config.ReplicationUser, c.ReplicationPassword, "application_name", a.Config.PodName)
+}
+
+// superuserConnInfo reaches the primary's postgres database as the superuser (pg_rewind's source).
+func (a *Agent) superuserConnInfo() string {
+	return a.connInfoToPrimary(agentapi.Superuser, a.credentials().SuperuserPassword, "dbname", "postgres")
+}
+
+// connInfoToPrimary reaches the primary through the -rw Service as user, with more keywords.
+func (a *Agent) connInfoToPrimary(user, password string, more ...string) string {
+	return postgres.ConnInfo(append([]string{"host", a.Config.PrimaryHost, "port", strconv.Itoa(a.Config.PostgresPort),
+		"user", user, "password", password, "connect_timeout", "5"}, more...)...)
 }

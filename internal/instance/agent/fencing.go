@@ -265,13 +265,6 @@ func (a *Agent) unfence(ctx context.Context) error {
 	return nil
 }
 
-// superuserConnInfo reaches the primary as the superuser, which pg_rewind needs.
-func (a *Agent) superuserConnInfo() string {
-	return postgres.ConnInfo("host", a.Config.PrimaryHost, "port", fmt.Sprint(a.Config.PostgresPort),
-		"user", agentapi.Superuser, "password", a.credentials().SuperuserPassword,
-		"dbname", "postgres", "connect_timeout", "5")
-}
-
 // rejoin makes a stopped former primary a standby of the new one: pg_rewind when its timeline
 // diverged, a fresh clone when that fails while the primary answers. What only it had is
 // reported (Status.Rejoined), never kept silently.
