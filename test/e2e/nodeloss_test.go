@@ -11,6 +11,7 @@ import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -106,8 +107,24 @@ var _ = Describe("Node loss", Ordered, func() {
 		checker.finish(ctx, "node loss")
 		expectReplication(ctx, cluster, 3)
 		Expect(clusterEventReasons(ctx, cluster, start)).To(ContainElements("FailoverStarted", "Fenced", "Promoted", "FailoverCompleted", "Rejoined"))
+		// After the power cut its postmaster.pid names a PID of the new container: the rewind
+		// must not fail on it and fall back to copying the whole database.
+		Expect(rejoinNotes(ctx, cluster, start)).To(ContainElement(ContainSubstring(old + " rejoined as a standby by rewind")))
 	})
 })
+
+// rejoinNotes are the messages of the Rejoined Events about c since since.
+func rejoinNotes(ctx context.Context, c *pgv1.PostgresCluster, since time.Time) []string {
+	list := &eventsv1.EventList{}
+	Expect(k8s.List(ctx, list, client.InNamespace(c.Namespace))).To(Succeed())
+	var notes []string
+	for _, e := range list.Items {
+		if e.Regarding.Name == c.Name && e.Reason == "Rejoined" && !e.EventTime.Time.Before(since.Add(-time.Second)) {
+			notes = append(notes, e.Note)
+		}
+	}
+	return notes
+}
 
 // clusterNodes returns the local cluster's worker and its other node.
 func clusterNodes(ctx context.Context) (worker, node string) {

@@ -140,6 +140,11 @@ func (i *Instance) Rewind(ctx context.Context, sourceConnInfo string) (Rewind, e
 	if err != nil {
 		return Rewind{}, fmt.Errorf("rewind: checkpoint the source: %w", err)
 	}
+	// pg_rewind first runs a crashed target's recovery in single-user mode, which a stale lock
+	// file would stop.
+	if err := i.removeStaleLockFile(); err != nil {
+		return Rewind{}, err
+	}
 	out, err := i.output(ctx, "pg_rewind", "--target-pgdata="+i.DataDir, "--source-server="+sourceConnInfo)
 	if err != nil {
 		return Rewind{}, err

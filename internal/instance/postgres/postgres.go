@@ -98,6 +98,9 @@ func (i *Instance) Start() error {
 	if i.Running() {
 		return errors.New("postmaster already running")
 	}
+	if err := i.removeStaleLockFile(); err != nil {
+		return err
+	}
 	args := []string{"-D", i.DataDir}
 	if i.ConfigFile != "" {
 		effective, err := i.writeEffectiveConfig()
@@ -118,6 +121,35 @@ func (i *Instance) Start() error {
 		i.exitErr = cmd.Wait()
 		close(i.exited)
 	}()
+	return nil
+}
+
+// removeStaleLockFile deletes the postmaster.pid of a postmaster that no longer runs. After a
+// container restart the PID namespace is new: the PID in the file may belong to any process of
+// the same user, and PostgreSQL (pg_rewind's single-user crash recovery too) would refuse to
+// start, "lock file already exists". A PID that is a running postgres process is left alone.
+func (i *Instance) removeStaleLockFile() error {
+	if i.Running() {
+		return nil
+	}
+	path := filepath.Join(i.DataDir, "postmaster.pid")
+	data, err := os.ReadFile(path)
+	if os.IsNotExist(err) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	first, _, _ := strings.Cut(string(data), "\n")
+	if pid, err := strconv.Atoi(strings.TrimSpace(first)); err == nil && pid > 0 {
+		comm, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
+		if err == nil && strings.TrimSpace(string(comm)) == "postgres" {
+			return fmt.Errorf("postmaster.pid names process %d, a running postgres: another server uses %s", pid, i.DataDir)
+		}
+	}
+	if err := os.Remove(path); err != nil {
+		return fmt.Errorf("remove stale postmaster.pid: %w", err)
+	}
 	return nil
 }
 

@@ -3,7 +3,11 @@ package postgres_test
 import (
 	"context"
 	"fmt"
+	"os"
+	osexec "os/exec"
+	"path/filepath"
 	"slices"
+	"syscall"
 	"testing"
 	"time"
 
@@ -155,5 +159,39 @@ func TestPrimaryStandbyReplicationReloadAndStatus(t *testing.T) {
 	}
 	if err := primary.Stop(10 * time.Second); err != nil {
 		t.Fatalf("fast shutdown of the primary: %v", err)
+	}
+}
+
+// After a container restart, postmaster.pid names a PID that, in the new PID namespace, may
+// belong to another process of the same user: the server starts anyway.
+func TestStartsOverAStaleLockFileOfAnotherProcess(t *testing.T) {
+	ctx := context.Background()
+	inst := pgtest.NewInstance(t, "stale")
+	if err := inst.InitDB(ctx, superuserPassword); err != nil {
+		t.Fatal(err)
+	}
+	other := osexec.Command("sleep", "120") // alive, same user as the server, not a postgres
+	other.SysProcAttr = &syscall.SysProcAttr{Credential: pgtest.RunAs(t)}
+	if err := other.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = other.Process.Kill(); _ = other.Wait() })
+	lock := fmt.Sprintf("%d\n%s\n", other.Process.Pid, inst.DataDir)
+	lockFile := filepath.Join(inst.DataDir, "postmaster.pid")
+	if err := os.WriteFile(lockFile, []byte(lock), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if cred := pgtest.RunAs(t); cred != nil {
+		if err := os.Chown(lockFile, int(cred.Uid), int(cred.Gid)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := inst.Start(); err != nil {
+		t.Fatal(err)
+	}
+	conn := pgtest.Connect(t, inst, agentapi.Superuser, superuserPassword, "postgres")
+	var one int
+	if err := conn.QueryRow(ctx, "SELECT 1").Scan(&one); err != nil || one != 1 {
+		t.Fatalf("the server did not start over the stale lock file: %v", err)
 	}
 }
