@@ -168,8 +168,8 @@ func TestStaleLeaseAlarm(t *testing.T) {
 	if got := tracker.stale(leaseAlarmAfter, start.Add(3*leaseAlarmAfter)); len(got) != 1 {
 		t.Fatalf("no alarm after the renewal went stale: %v", got)
 	}
-	if unrenewed, seen := tracker.unrenewedFor("a", start.Add(3*leaseAlarmAfter)); !seen || unrenewed != leaseAlarmAfter {
-		t.Fatalf("unrenewedFor %s %v", unrenewed, seen)
+	if unchanged, seen := tracker.unchangedFor("a", start.Add(3*leaseAlarmAfter)); !seen || unchanged != leaseAlarmAfter {
+		t.Fatalf("unchangedFor %s %v", unchanged, seen)
 	}
 }
 

@@ -75,7 +75,7 @@ func (r *PostgresClusterReconciler) detectFailure(ctx context.Context, s *scope,
 	heard := r.leases().heardFrom(s.cluster.UID, current, s.observed.reports[current] != nil)
 	silent := heard && primarySilent(s.observed, current)
 	silentFor := r.leases().since(r.leases().silent, s.cluster.UID, silent, time.Now())
-	if unrenewed, seen := r.leases().unrenewedFor(s.cluster.UID, time.Now()); silent && seen {
+	if unrenewed, seen := r.leases().unchangedFor(s.cluster.UID, time.Now()); silent && seen {
 		silentFor = max(silentFor, unrenewed) // no sign of life either way
 	}
 	problem := primaryProblem(s.observed, current, silentFor)
@@ -86,10 +86,6 @@ func (r *PostgresClusterReconciler) detectFailure(ctx context.Context, s *scope,
 		}
 		if !silent {
 			return nil, nil
-		}
-		// Watch the Lease from the first silence: if the node is lost, it lapses that much sooner.
-		if _, err := r.readPrimaryLease(ctx, s); err != nil {
-			return nil, err
 		}
 		return &stop{reasonMessage: reasonMessage{"PrimaryNotAnswering", fmt.Sprintf(
 			"the agent of the primary %s does not answer (%s); it counts as failed after %s", current,

@@ -186,19 +186,13 @@ func (t *leaseTracker) stale(after time.Duration, now time.Time) []types.Namespa
 	return clusters
 }
 
-// unrenewedFor is how long this process has seen the Lease unchanged, if it has seen it.
-func (t *leaseTracker) unrenewedFor(uid types.UID, now time.Time) (time.Duration, bool) {
+// unchangedFor is how long this process has seen the Lease keep its current version, and
+// whether it has seen it at all.
+func (t *leaseTracker) unchangedFor(uid types.UID, now time.Time) (time.Duration, bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	seen, ok := t.seen[uid]
 	return now.Sub(seen.at), ok
-}
-
-// unchangedFor is how long this process has seen the Lease keep its current version.
-func (t *leaseTracker) unchangedFor(uid types.UID, now time.Time) time.Duration {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return now.Sub(t.seen[uid].at)
 }
 
 // since records the first time of a condition (set) or forgets it; it returns how long the
@@ -252,7 +246,7 @@ func (t *leaseTracker) forget(uid types.UID) {
 // its Lease unrenewed for LeaseExpiry, and no standby stream from it for PeersGoneWait (a
 // primary with a standby still replying keeps running, docs/high-availability.md).
 func (t *leaseTracker) leaseLapsed(uid types.UID, peersStreaming bool, now time.Time) (bool, string) {
-	unchanged := t.unchangedFor(uid, now)
+	unchanged, _ := t.unchangedFor(uid, now)
 	gone := t.since(t.peersGone, uid, !peersStreaming, now)
 	switch {
 	case unchanged < agentapi.LeaseExpiry:

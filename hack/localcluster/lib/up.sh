@@ -1,19 +1,27 @@
 # Bringing the cluster up: the namespace, the daemons, the add-ons. Sourced by localcluster.
 # shellcheck shell=bash
 
-render_configs() {
-  local etc=$STATE/etc
-  mkdir -p "$etc/cni" "$STATE/cni/ipam" "$STATE/logs/pods" "$STATE/volumes" "$STATE/registry" "$STATE/kubelet"
+# render_node_configs: one node's containerd, CNI, kubelet and kube-proxy configuration under
+# $STATE, for NODE_NAME, NODE_IP, POD_CIDR and CNI_BRIDGE (the worker renders its own with its
+# settings, lib/worker.sh).
+render_node_configs() {
+  local etc=$STATE/etc host
+  mkdir -p "$etc/cni" "$STATE/cni/ipam" "$STATE/logs/pods" "$STATE/kubelet"
   render "$LC_DIR/config/containerd.toml" "$etc/containerd.toml"
-  local host
   for host in "${MIRRORED_REGISTRIES[@]}"; do
     mkdir -p "$etc/containerd/certs.d/$host"
     MIRRORED=$host render "$LC_DIR/config/hosts.toml" "$etc/containerd/certs.d/$host/hosts.toml"
   done
   render "$LC_DIR/config/cni.conflist" "$etc/cni/10-pgpilot.conflist"
-  render "$LC_DIR/config/registry.yml" "$etc/registry.yml"
   render "$LC_DIR/config/kubelet.yaml" "$etc/kubelet.yaml"
   render "$LC_DIR/config/kube-proxy.yaml" "$etc/kube-proxy.yaml"
+}
+
+render_configs() {
+  local etc=$STATE/etc
+  mkdir -p "$STATE/volumes" "$STATE/registry"
+  render_node_configs
+  render "$LC_DIR/config/registry.yml" "$etc/registry.yml"
   render "$LC_DIR/manifests/coredns.yaml" "$etc/coredns.yaml"
   render "$LC_DIR/manifests/local-path-storage.yaml" "$etc/local-path-storage.yaml"
 }

@@ -23,33 +23,26 @@ WORKER_CTR=(ctr --address "$WORKER_STATE/run/containerd.sock" --namespace k8s.io
 
 worker_exists() { [[ -e $WORKER_NETNS_PATH ]]; }
 
-# worker_render TEMPLATE OUTPUT: render with the worker's name, address, pod range and state
-# folder. The worker's state links to the node's PKI and kubeconfigs.
-worker_render() {
+# worker_node_configs: render_node_configs with the worker's name, address, pod range and
+# state folder.
+worker_node_configs() {
   # shellcheck disable=SC2034 # read by render
   local STATE=$WORKER_STATE NODE_NAME=$WORKER_NAME NODE_IP=$WORKER_IP POD_CIDR=$WORKER_POD_CIDR
   # shellcheck disable=SC2034 # read by render
   local CNI_BRIDGE=$WORKER_BRIDGE
-  render "$@"
+  render_node_configs
 }
 
+# worker_configs: the worker's configuration; its state links to the node's PKI and kubeconfigs.
 worker_configs() {
-  local etc=$WORKER_STATE/etc host
-  mkdir -p "$etc/cni" "$WORKER_STATE/cni/ipam" "$WORKER_STATE/logs/pods" "$WORKER_STATE/kubelet" "$WORKER_STATE/run"
+  mkdir -p "$WORKER_STATE/run"
   ln -sfn "$STATE/pki" "$WORKER_STATE/pki"
   ln -sfn "$STATE/kubeconfig" "$WORKER_STATE/kubeconfig"
-  worker_render "$LC_DIR/config/containerd.toml" "$etc/containerd.toml"
-  for host in "${MIRRORED_REGISTRIES[@]}"; do
-    mkdir -p "$etc/containerd/certs.d/$host"
-    MIRRORED=$host worker_render "$LC_DIR/config/hosts.toml" "$etc/containerd/certs.d/$host/hosts.toml"
-  done
-  worker_render "$LC_DIR/config/cni.conflist" "$etc/cni/10-pgpilot.conflist"
-  worker_render "$LC_DIR/config/kubelet.yaml" "$etc/kubelet.yaml"
-  cat >>"$etc/kubelet.yaml" <<EOF
+  worker_node_configs
+  cat >>"$WORKER_STATE/etc/kubelet.yaml" <<EOF
 cgroupRoot: /$WORKER_CGROUP
 registerWithTaints: [{key: $WORKER_TAINT, value: "true", effect: NoSchedule}]
 EOF
-  worker_render "$LC_DIR/config/kube-proxy.yaml" "$etc/kube-proxy.yaml"
   new_cert kubelet-worker ca "/O=system:nodes/CN=system:node:$WORKER_NAME"
   rm -f "$PKI"/*.srl
   kubeconfig kubelet-worker kubelet-worker

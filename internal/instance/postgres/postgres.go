@@ -128,10 +128,8 @@ func (i *Instance) Start() error {
 // container restart the PID namespace is new: the PID in the file may belong to any process of
 // the same user, and PostgreSQL (pg_rewind's single-user crash recovery too) would refuse to
 // start, "lock file already exists". A PID that is a running postgres process is left alone.
+// Its callers, Start and Rewind, have made sure this instance runs no server.
 func (i *Instance) removeStaleLockFile() error {
-	if i.Running() {
-		return nil
-	}
 	path := filepath.Join(i.DataDir, "postmaster.pid")
 	data, err := os.ReadFile(path)
 	if os.IsNotExist(err) {
