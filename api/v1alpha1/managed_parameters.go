@@ -26,6 +26,8 @@ var ManagedParameters = []string{
 	"recovery_target_timeline",
 	"cluster_name",
 	"synchronous_standby_names",
+	"archive_mode",
+	"archive_command",
 }
 
 // ManagedParameterMessage is what the API server says when spec.postgresql.parameters sets

@@ -71,6 +71,11 @@ type PostgresClusterSpec struct {
 	// +optional
 	// +operator-sdk:csv:customresourcedefinitions:type=spec,displayName="Primary Update Method",xDescriptors={"urn:alm:descriptor:com.tectonic.ui:select:switchover","urn:alm:descriptor:com.tectonic.ui:select:restart"},order=8
 	PrimaryUpdateMethod PrimaryUpdateMethod `json:"primaryUpdateMethod,omitempty"`
+
+	// Continuous WAL archiving and backups into an S3-compatible pgBackRest repository.
+	// +optional
+	// +operator-sdk:csv:customresourcedefinitions:type=spec,displayName="Backup",order=9
+	Backup *ClusterBackupSpec `json:"backup,omitempty"`
 }
 
 // PrimaryUpdateMethod is how the primary's outdated pod is replaced.
@@ -125,7 +130,7 @@ type StorageSpec struct {
 // one setting and each pg_hba entry to one record.
 // +kubebuilder:validation:XValidation:rule=`!has(self.parameters) || self.parameters.all(k, k.matches('^[A-Za-z_][A-Za-z0-9_]*([.][A-Za-z_][A-Za-z0-9_]*)?$'))`,message="postgresql.parameters names must be PostgreSQL setting names: a letter or '_', then letters, digits and '_', with at most one '.' (extension.setting)"
 // +kubebuilder:validation:XValidation:rule=`!has(self.parameters) || self.parameters.all(k, !(k.lowerAscii() in ['include', 'include_dir', 'include_if_exists']))`,message="postgresql.parameters cannot set include, include_dir or include_if_exists: they make PostgreSQL read other files"
-// +kubebuilder:validation:XValidation:rule=`!has(self.parameters) || self.parameters.all(k, k == k.lowerAscii() || !(k.lowerAscii() in ['listen_addresses', 'port', 'unix_socket_directories', 'data_directory', 'config_file', 'hba_file', 'ident_file', 'external_pid_file', 'wal_level', 'hot_standby', 'wal_log_hints', 'password_encryption', 'primary_conninfo', 'primary_slot_name', 'restore_command', 'recovery_target_timeline', 'cluster_name', 'synchronous_standby_names']))`,message="postgresql.parameters names a setting managed by pgpilot in other letter case: PostgreSQL setting names are case-insensitive"
+// +kubebuilder:validation:XValidation:rule=`!has(self.parameters) || self.parameters.all(k, k == k.lowerAscii() || !(k.lowerAscii() in ['listen_addresses', 'port', 'unix_socket_directories', 'data_directory', 'config_file', 'hba_file', 'ident_file', 'external_pid_file', 'wal_level', 'hot_standby', 'wal_log_hints', 'password_encryption', 'primary_conninfo', 'primary_slot_name', 'restore_command', 'recovery_target_timeline', 'cluster_name', 'synchronous_standby_names', 'archive_mode', 'archive_command']))`,message="postgresql.parameters names a setting managed by pgpilot in other letter case: PostgreSQL setting names are case-insensitive"
 // +kubebuilder:validation:XValidation:rule=`!has(self.parameters) || self.parameters.all(k, !self.parameters[k].matches('[\\r\\n\\x00]'))`,message="postgresql.parameters values cannot contain line breaks or NUL characters"
 // +kubebuilder:validation:XValidation:rule=`!has(self.pgHBA) || self.pgHBA.all(l, !l.matches('[\\r\\n\\x00]'))`,message="postgresql.pgHBA entries cannot contain line breaks or NUL characters: each entry is one pg_hba.conf line"
 // +kubebuilder:validation:XValidation:rule=`!has(self.pgHBA) || self.pgHBA.all(l, !l.matches('\\\\\\s*$'))`,message="postgresql.pgHBA entries cannot end with a backslash: PostgreSQL would continue the entry onto pgpilot's next rule"
@@ -152,6 +157,8 @@ type PostgreSQLSpec struct {
 	// +kubebuilder:validation:XValidation:rule="!('recovery_target_timeline' in self)",message="postgresql.parameters.recovery_target_timeline is managed by pgpilot and cannot be set"
 	// +kubebuilder:validation:XValidation:rule="!('cluster_name' in self)",message="postgresql.parameters.cluster_name is managed by pgpilot and cannot be set"
 	// +kubebuilder:validation:XValidation:rule="!('synchronous_standby_names' in self)",message="postgresql.parameters.synchronous_standby_names is managed by pgpilot and cannot be set"
+	// +kubebuilder:validation:XValidation:rule="!('archive_mode' in self)",message="postgresql.parameters.archive_mode is managed by pgpilot and cannot be set"
+	// +kubebuilder:validation:XValidation:rule="!('archive_command' in self)",message="postgresql.parameters.archive_command is managed by pgpilot and cannot be set"
 	// +optional
 	// +operator-sdk:csv:customresourcedefinitions:type=spec,displayName="PostgreSQL Parameters",xDescriptors={"urn:alm:descriptor:com.tectonic.ui:advanced"}
 	Parameters map[string]ParameterValue `json:"parameters,omitempty"`
@@ -211,6 +218,13 @@ type BootstrapSpec struct {
 	// +optional
 	// +operator-sdk:csv:customresourcedefinitions:type=spec,displayName="initdb"
 	InitDB InitDBSpec `json:"initdb,omitempty"`
+
+	// Restore another cluster's backup instead of running initdb; initdb's database and owner
+	// then name the restored application database and its owner, whose password becomes this
+	// cluster's.
+	// +optional
+	// +operator-sdk:csv:customresourcedefinitions:type=spec,displayName="Recovery"
+	Recovery *RecoverySpec `json:"recovery,omitempty"`
 }
 
 // InitDBSpec configures the application database created at bootstrap.
@@ -397,6 +411,11 @@ type PostgresClusterStatus struct {
 	// +optional
 	// +operator-sdk:csv:customresourcedefinitions:type=status,displayName="Credentials Versions",xDescriptors={"urn:alm:descriptor:com.tectonic.ui:hidden"},order=9
 	CredentialsVersions map[string]string `json:"credentialsVersions,omitempty"`
+
+	// The repository and WAL archiving, when spec.backup is set.
+	// +optional
+	// +operator-sdk:csv:customresourcedefinitions:type=status,displayName="Backup",order=17
+	Backup *ClusterBackupStatus `json:"backup,omitempty"`
 }
 
 // InstanceStatus is one instance as its agent reported it.
@@ -461,6 +480,7 @@ type InstanceStatus struct {
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 // +kubebuilder:validation:XValidation:rule="self.metadata.name.size() <= 52",message="metadata.name may have at most 52 characters: the StatefulSet's pods carry a controller-revision-hash label of the name plus 11 characters, and label values are limited to 63"
 // +kubebuilder:validation:XValidation:rule="self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')",message="metadata.name must be lower-case letters, digits and '-', start with a letter and end with a letter or digit (no '.'): it names the cluster's Services, which are DNS-1035 labels"
+// +kubebuilder:validation:XValidation:rule="!has(self.spec.backup) || !has(self.spec.bootstrap.recovery) || self.spec.bootstrap.recovery.clusterName != self.metadata.name || has(self.spec.bootstrap.recovery.namespace) || self.spec.bootstrap.recovery.repository.endpoint != self.spec.backup.repository.endpoint || self.spec.bootstrap.recovery.repository.bucket != self.spec.backup.repository.bucket || self.spec.bootstrap.recovery.repository.path != self.spec.backup.repository.path",message="spec.backup.repository would be the repository the cluster recovers from: a restored cluster archives into its own (another name, bucket or path)"
 type PostgresCluster struct {
 	metav1.TypeMeta `json:",inline"`
 	// Standard object metadata.

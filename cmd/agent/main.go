@@ -56,6 +56,13 @@ func newCommand(log logr.Logger) *cobra.Command {
 			RunE:  runE,
 		},
 		&cobra.Command{
+			Use:   "pgbackrest [--repository=backup|recovery] ARGS...",
+			Short: "Run pgBackRest against the cluster's repository with its keys (archive_command, restore_command, inspection)",
+			// Everything after --repository is pgBackRest's.
+			DisableFlagParsing: true,
+			RunE:               func(_ *cobra.Command, args []string) error { return agent.PgBackRestCommand(args) },
+		},
+		&cobra.Command{
 			Use:   "install DEST",
 			Short: "Copy this executable to DEST (the init container: the operator image has no cp)",
 			Args:  cobra.ExactArgs(1),

@@ -60,7 +60,7 @@ var defaultParameters = map[string]string{
 func PostgresqlConf(c *pgv1.PostgresCluster) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "# Managed by pgpilot. Change spec.postgresql of PostgresCluster %s instead.\n", c.Name)
-	for _, kv := range managedParameters(c) {
+	for _, kv := range append(managedParameters(c), archiveParameters(c)...) {
 		fmt.Fprintf(&b, "%s = %s\n", kv[0], kv[1])
 	}
 	params := map[string][2]string{}
@@ -149,6 +149,10 @@ func BuildConfigMap(c *pgv1.PostgresCluster) *corev1ac.ConfigMapApplyConfigurati
 	if sync := SynchronousConfig(c); sync != nil {
 		encoded, _ := json.Marshal(sync) // strings and numbers only
 		data[agentapi.SynchronousFile] = string(encoded)
+	}
+	if backup := BackupConfig(c); backup != nil {
+		encoded, _ := json.Marshal(backup) // strings, numbers and booleans only
+		data[agentapi.BackupConfigFile] = string(encoded)
 	}
 	return corev1ac.ConfigMap(ConfigMapName(c), c.Namespace).
 		WithLabels(CommonLabels(c)).

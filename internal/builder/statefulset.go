@@ -243,6 +243,12 @@ func credentialsVolume(c *pgv1.PostgresCluster) *corev1ac.VolumeApplyConfigurati
 		}
 		projection.WithItems(corev1ac.KeyToPath().WithKey(f.Secret.Key).WithPath(f.Path))
 	}
+	// The repositories' Secrets are the user's: optional, so that a missing one never keeps
+	// an instance from starting (failover included); the agent and the status say what is missing.
+	for _, f := range repositoryKeyFiles(c) {
+		sources = append(sources, corev1ac.VolumeProjection().WithSecret(corev1ac.SecretProjection().
+			WithName(f.Secret.Name).WithOptional(true).WithItems(corev1ac.KeyToPath().WithKey(f.Secret.Key).WithPath(f.Path))))
+	}
 	return corev1ac.Volume().WithName(credentialsVolumeName).WithProjected(corev1ac.ProjectedVolumeSource().
 		WithDefaultMode(0o440).WithSources(sources...))
 }

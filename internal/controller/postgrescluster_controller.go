@@ -96,6 +96,7 @@ func (r *PostgresClusterReconciler) stages() []stage {
 	return []stage{
 		{"refusals", r.holdAfterRefusal},
 		{"secrets", r.ensureSecrets},
+		{"backupsecrets", r.checkBackupSecrets},
 		{"instanceaccess", r.ensureInstanceAccess},
 		{"lease", r.ensurePrimaryLease},
 		{"configmap", r.ensureConfigMap},

@@ -80,6 +80,11 @@ type summary struct {
 	now     metav1.Time
 	waiting *reasonMessage
 	failure *reasonMessage
+	// backupConfigured: spec.backup is set; archive is the primary's report on archiving, nil
+	// when it did not answer; backupProblem what is wrong with the repository's Secrets.
+	backupConfigured bool
+	archive          *agentapi.ArchiveStatus
+	backupProblem    *reasonMessage
 }
 
 func summarize(s *scope) summary {
@@ -99,8 +104,9 @@ func summarize(s *scope) summary {
 		now:               metav1.Now(),
 	}
 	if report := s.observed.reports[sum.primary]; report != nil && report.Role == agentapi.RolePrimary {
-		sum.timeline = report.Timeline
+		sum.timeline, sum.archive = report.Timeline, report.Archive
 	}
+	sum.backupConfigured, sum.backupProblem = s.cluster.Spec.Backup != nil, s.backupProblem
 	// Before there is a primary, the instances are still being created: their agents' answers
 	// would only churn the status.
 	if sum.primary != "" {
@@ -177,6 +183,7 @@ func computeStatus(status *pgv1.PostgresClusterStatus, o summary) {
 	if o.failure == nil {
 		status.ObservedGeneration = o.generation
 	}
+	setArchiving(status, o)
 	setDegradedCondition(status, o)
 	setReadyCondition(status, o)
 	setProgressingCondition(status, o)
@@ -194,6 +201,9 @@ func setDegradedCondition(status *pgv1.PostgresClusterStatus, o summary) {
 		c.Message = fmt.Sprintf("primary %s does not accept connections", o.primary)
 	case o.unschedulable != "":
 		c.Status, c.Reason, c.Message = metav1.ConditionTrue, "InstancesUnschedulable", o.unschedulable
+	case archivingDegraded(status) != nil:
+		archiving := archivingDegraded(status)
+		c.Status, c.Reason, c.Message = metav1.ConditionTrue, archiving.Reason, "WAL archiving: "+archiving.Message
 	}
 	meta.SetStatusCondition(&status.Conditions, c)
 }

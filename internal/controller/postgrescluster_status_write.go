@@ -51,7 +51,8 @@ func (r *PostgresClusterReconciler) announceTransitions(before, after *pgv1.Post
 			continue // "not ready", "not degraded" at birth is no news
 		}
 		eventType := corev1.EventTypeNormal
-		if c.Type == pgv1.ConditionDegraded && c.Status == metav1.ConditionTrue {
+		if (c.Type == pgv1.ConditionDegraded && c.Status == metav1.ConditionTrue) ||
+			(c.Type == pgv1.ConditionContinuousArchiving && c.Status == metav1.ConditionFalse) {
 			eventType = corev1.EventTypeWarning
 		}
 		r.event(after, nil, eventType, c.Reason, "Reconcile", "%s=%s: %s", c.Type, c.Status, c.Message)

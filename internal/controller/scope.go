@@ -39,6 +39,8 @@ type scope struct {
 	waiting *reasonMessage
 	// failure says why the cluster cannot proceed: bad input or an error.
 	failure *reasonMessage
+	// backupProblem says what is wrong with the backup repositories' Secrets.
+	backupProblem *reasonMessage
 	// created and updated name the owned objects this reconcile wrote ("Kind name"), for one
 	// Event each instead of one per object.
 	created, updated []string

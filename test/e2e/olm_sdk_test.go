@@ -93,12 +93,14 @@ var _ = Describe("operator-sdk scorecard", Ordered, Label(olmLabel), func() {
 		sa := &corev1.ServiceAccount{}
 		sa.Name, sa.Namespace = "scorecard", ns
 		Expect(k8s.Create(ctx, sa)).To(Succeed())
-		binding := &rbacv1.RoleBinding{
-			RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "pgpilot-operator-postgrescluster-editor-role"},
-			Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: sa.Name, Namespace: ns}},
+		for _, kind := range []string{"postgrescluster", "backup"} {
+			binding := &rbacv1.RoleBinding{
+				RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "pgpilot-operator-" + kind + "-editor-role"},
+				Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: sa.Name, Namespace: ns}},
+			}
+			binding.Name, binding.Namespace = "scorecard-"+kind, ns
+			Expect(k8s.Create(ctx, binding)).To(Succeed())
 		}
-		binding.Name, binding.Namespace = "scorecard", ns
-		Expect(k8s.Create(ctx, binding)).To(Succeed())
 	})
 	AfterEach(dumpOLMOnFailure)
 

@@ -1,8 +1,10 @@
 package olm_test
 
 import (
+	"cmp"
 	"encoding/base64"
 	"encoding/json"
+	"fmt"
 	"os"
 	"slices"
 	"strings"
@@ -91,16 +93,14 @@ func TestCSVIsComplete(t *testing.T) {
 		if err := json.Unmarshal([]byte(csv.Annotations["alm-examples"]), &examples); err != nil {
 			t.Fatal(err)
 		}
-		data, err := os.ReadFile(repoPath("config", "samples", "postgres_v1alpha1_postgrescluster.yaml"))
-		if err != nil {
-			t.Fatal(err)
+		samples := samplesOf(t)
+		if len(examples) != len(samples) {
+			t.Fatalf("alm-examples %v, want the samples %v", examples, samples)
 		}
-		var sample map[string]any
-		if err := yaml.Unmarshal(data, &sample); err != nil {
-			t.Fatal(err)
-		}
-		if len(examples) != 1 || !equality.Semantic.DeepEqual(examples[0], sample) {
-			t.Errorf("alm-examples %v, want the sample %v", examples, sample)
+		for i := range samples {
+			if !equality.Semantic.DeepEqual(examples[i], samples[i]) {
+				t.Errorf("alm-examples[%d] %v, want the sample %v", i, examples[i], samples[i])
+			}
 		}
 	})
 
@@ -193,10 +193,15 @@ func TestCSVIsComplete(t *testing.T) {
 	})
 
 	t.Run("descriptors", func(t *testing.T) {
-		if len(csv.Spec.CustomResourceDefinitions.Owned) != 1 {
-			t.Fatalf("owned CRDs %+v, want PostgresCluster", csv.Spec.CustomResourceDefinitions.Owned)
+		kinds := map[string]operatorsv1alpha1.CRDDescription{}
+		for _, owned := range csv.Spec.CustomResourceDefinitions.Owned {
+			kinds[owned.Kind] = owned
 		}
-		owned := csv.Spec.CustomResourceDefinitions.Owned[0]
+		backup, ok := kinds["Backup"]
+		if len(kinds) != 2 || !ok || backup.DisplayName == "" || len(backup.StatusDescriptors) == 0 {
+			t.Fatalf("owned CRDs %+v, want PostgresCluster and Backup, each with a display name and descriptors", csv.Spec.CustomResourceDefinitions.Owned)
+		}
+		owned := kinds["PostgresCluster"]
 		if owned.DisplayName == "" || len(owned.Resources) == 0 {
 			t.Errorf("PostgresCluster needs a display name and the resources it creates: %+v", owned)
 		}
@@ -321,4 +326,37 @@ func TestWatchNamespaceFollowsTheOperatorGroup(t *testing.T) {
 			t.Errorf("WATCH_NAMESPACE=%q: cache namespaces %v, want %v (none = all namespaces)", value, opts.DefaultNamespaces, want)
 		}
 	}
+}
+
+// samplesOf reads the samples config/samples' kustomization lists, ordered as operator-sdk
+// orders alm-examples (by kind, then name).
+func samplesOf(t *testing.T) []map[string]any {
+	t.Helper()
+	data, err := os.ReadFile(repoPath("config", "samples", "kustomization.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var kustomization struct {
+		Resources []string `json:"resources"`
+	}
+	if err := yaml.Unmarshal(data, &kustomization); err != nil {
+		t.Fatal(err)
+	}
+	var samples []map[string]any
+	for _, file := range kustomization.Resources {
+		data, err := os.ReadFile(repoPath("config", "samples", file))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var sample map[string]any
+		if err := yaml.Unmarshal(data, &sample); err != nil {
+			t.Fatal(err)
+		}
+		samples = append(samples, sample)
+	}
+	slices.SortFunc(samples, func(a, b map[string]any) int {
+		return cmp.Or(cmp.Compare(fmt.Sprint(a["kind"]), fmt.Sprint(b["kind"])),
+			cmp.Compare(fmt.Sprint(a["metadata"].(map[string]any)["name"]), fmt.Sprint(b["metadata"].(map[string]any)["name"])))
+	})
+	return samples
 }

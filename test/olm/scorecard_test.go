@@ -188,7 +188,7 @@ func buildScorecardTests(t *testing.T) string {
 	return out
 }
 
-// scorecardUser is a kubeconfig for a user who may create PostgresClusters in namespace, and do
+// scorecardUser is a kubeconfig for a user who may create pgpilot's objects in namespace, and do
 // nothing else: what the scorecard service account needs for alm-examples-accepted.
 func scorecardUser(t *testing.T, namespace string) string {
 	t.Helper()
@@ -203,7 +203,7 @@ func scorecardUser(t *testing.T, namespace string) string {
 		&rbacv1.Role{
 			ObjectMeta: metav1.ObjectMeta{Name: "scorecard", Namespace: namespace},
 			Rules: []rbacv1.PolicyRule{{APIGroups: []string{"postgres.pgpilot.io"},
-				Resources: []string{"postgresclusters"}, Verbs: []string{"create"}}},
+				Resources: []string{"postgresclusters", "backups"}, Verbs: []string{"create"}}},
 		},
 		&rbacv1.RoleBinding{
 			ObjectMeta: metav1.ObjectMeta{Name: "scorecard", Namespace: namespace},
@@ -302,15 +302,18 @@ func writeMap(t *testing.T, file string, m map[string]any) {
 	}
 }
 
-// editExample changes the first alm-examples object.
+// editExample changes the alm-examples PostgresCluster "example" (config/samples' first).
 func editExample(t *testing.T, csv map[string]any, edit func(example *unstructured.Unstructured)) {
 	annotations := csv["metadata"].(map[string]any)["annotations"].(map[string]any)
 	var examples []map[string]any
 	if err := json.Unmarshal([]byte(annotations["alm-examples"].(string)), &examples); err != nil {
 		t.Fatal(err)
 	}
-	u := &unstructured.Unstructured{Object: examples[0]}
-	edit(u)
+	for i := range examples {
+		if u := (&unstructured.Unstructured{Object: examples[i]}); u.GetKind() == "PostgresCluster" && u.GetName() == "example" {
+			edit(u)
+		}
+	}
 	data, err := json.Marshal(examples)
 	if err != nil {
 		t.Fatal(err)
@@ -320,7 +323,12 @@ func editExample(t *testing.T, csv map[string]any, edit func(example *unstructur
 
 func ownedDescription(csv map[string]any) map[string]any {
 	spec := csv["spec"].(map[string]any)
-	return spec["customresourcedefinitions"].(map[string]any)["owned"].([]any)[0].(map[string]any)
+	for _, owned := range spec["customresourcedefinitions"].(map[string]any)["owned"].([]any) {
+		if owned.(map[string]any)["kind"] == "PostgresCluster" {
+			return owned.(map[string]any)
+		}
+	}
+	panic("the CSV owns no PostgresCluster")
 }
 
 // pgpilot's scorecard tests are not vacuous: each fails on a bundle with the defect it is for.

@@ -31,6 +31,9 @@ type Options struct {
 	ConfigInterval time.Duration
 	// CloneRetry is the first delay between clone attempts; it grows to 30s.
 	CloneRetry time.Duration
+	// Executable is the agent binary PostgreSQL calls as its restore_command during a
+	// recovery; empty means this process's own.
+	Executable string
 }
 
 // DefaultOptions fit a pod whose terminationGracePeriodSeconds is 60.
@@ -90,6 +93,8 @@ type Agent struct {
 	credsMu sync.Mutex
 	latest  agentapi.Credentials
 	applied *agentapi.Credentials
+	// repository is the cluster's pgBackRest repository as the agent last saw it (repository.go).
+	repository repositoryState
 }
 
 // Run bootstraps the instance if its data directory is empty, serves the API, starts
@@ -105,7 +110,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if !a.Instance.Initialised() {
+	if !a.Instance.Initialised() || a.restoring() {
 		if err := a.bootstrap(ctx, lease); err != nil {
 			return fmt.Errorf("bootstrap: %w", err)
 		}
@@ -118,6 +123,10 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	go func() { _ = server.Serve(listener) }()
 	defer func() { _ = server.Close() }()
+	if _, err := writeRepositoryConfigs(a.Config, a.Instance.RunAs); err != nil {
+		a.Log.Error(err, "pgbackrest configuration")
+	}
+	go a.keepRepository(ctx)
 	if err := a.startAsLeaseSays(ctx, lease); err != nil {
 		_ = a.Instance.Stop(a.Options.ShutdownGrace)
 		return err
@@ -195,6 +204,12 @@ func (a *Agent) shutdown() error {
 // data clones too, instead of starting an empty database.
 func (a *Agent) bootstrap(ctx context.Context, l Lease) error {
 	if a.Config.PodName == a.Config.InitialPrimary && l.Holder == a.Config.PodName && l.Transitions == 0 {
+		if b, err := agentapi.ReadBackupConfig(a.Config.ConfigDir); err != nil || b.Recovery != nil {
+			if err != nil {
+				return err
+			}
+			return a.recover(ctx, b.Recovery)
+		}
 		a.Log.Info("initialising a new cluster")
 		return a.Instance.InitDB(ctx, a.credentials().SuperuserPassword)
 	}
@@ -289,6 +304,11 @@ func (a *Agent) Status(ctx context.Context) (*agentapi.Status, error) {
 		return nil, err
 	}
 	status.Rejoined, status.LeaseTransitions = a.lastRejoin(), a.keeper().Current().Transitions
+	if status.Role == agentapi.RolePrimary {
+		if status.Archive, err = a.archiveStatus(ctx, conn); err != nil {
+			return nil, err
+		}
+	}
 	return status, nil
 }
 

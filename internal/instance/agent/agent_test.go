@@ -35,6 +35,10 @@ func call(method, url, bearer string) (int, string, error) {
 	if bearer != "" {
 		req.Header.Set("Authorization", "Bearer "+bearer)
 	}
+	return do(req)
+}
+
+func do(req *http.Request) (int, string, error) {
 	resp, err := (&http.Client{Timeout: 30 * time.Second}).Do(req)
 	if err != nil {
 		return 0, "", err

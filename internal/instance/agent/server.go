@@ -93,6 +93,9 @@ func NewHandler(checks Checks, token func() string) http.Handler {
 		_, _ = w.Write([]byte("restarting"))
 	})))
 	handleRoleChanges(mux, checks, token)
+	if backups, ok := checks.(Backups); ok {
+		handleBackups(mux, backups, token)
+	}
 	return mux
 }
 
@@ -118,7 +121,10 @@ func decodeRequest(w http.ResponseWriter, r *http.Request, into any) bool {
 	return true
 }
 
-func writeJSON(w http.ResponseWriter, answer any) {
+func writeJSON(w http.ResponseWriter, answer any) { writeJSONStatus(w, http.StatusOK, answer) }
+
+func writeJSONStatus(w http.ResponseWriter, code int, answer any) {
 	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
 	_ = json.NewEncoder(w).Encode(answer)
 }

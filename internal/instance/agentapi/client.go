@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"time"
 )
 
@@ -114,6 +115,34 @@ func (e statusError) Error() string { return fmt.Sprintf("agent answered %d: %s"
 // call sends body as JSON (when not nil) and decodes the answer into into (when not nil),
 // expecting the status code want.
 func (h HTTPClient) call(ctx context.Context, e Endpoint, method, path string, body any, want int, into any) error {
+	return h.callAny(ctx, e, method, path, body, []int{want}, into)
+}
+
+// StartBackup asks the primary's agent to take a backup in the background. It is idempotent
+// by name: a backup the agent already knows answers its result. ErrBackupBusy when another
+// runs or the instance is not the primary.
+func (h HTTPClient) StartBackup(ctx context.Context, e Endpoint, req BackupRequest) (*BackupResult, error) {
+	result := &BackupResult{}
+	if err := h.callAny(ctx, e, http.MethodPost, PathBackups, req, []int{http.StatusAccepted, http.StatusOK}, result); err != nil {
+		return nil, fmt.Errorf("start backup: %w", conflictAs(err, ErrBackupBusy))
+	}
+	return result, nil
+}
+
+// BackupResult asks the agent about the named backup; ErrUnknownBackup when it does not know it.
+func (h HTTPClient) BackupResult(ctx context.Context, e Endpoint, name string) (*BackupResult, error) {
+	result := &BackupResult{}
+	err := h.call(ctx, e, http.MethodGet, PathBackups+"/"+name, nil, http.StatusOK, result)
+	if se, ok := err.(statusError); ok && se.code == http.StatusNotFound {
+		return nil, ErrUnknownBackup
+	}
+	if err != nil {
+		return nil, fmt.Errorf("backup %s: %w", name, err)
+	}
+	return result, nil
+}
+
+func (h HTTPClient) callAny(ctx context.Context, e Endpoint, method, path string, body any, wants []int, into any) error {
 	if e.Address == "" {
 		return fmt.Errorf("no address (the pod has no IP yet)")
 	}
@@ -142,7 +171,7 @@ func (h HTTPClient) call(ctx context.Context, e Endpoint, method, path string, b
 		return err
 	}
 	defer func() { _ = resp.Body.Close() }()
-	if resp.StatusCode != want {
+	if !slices.Contains(wants, resp.StatusCode) {
 		text, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
 		return statusError{code: resp.StatusCode, body: string(bytes.TrimSpace(text))}
 	}

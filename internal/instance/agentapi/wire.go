@@ -92,6 +92,8 @@ type Status struct {
 	Replicas []ReplicaStatus `json:"replicas,omitempty"`
 	// Slots are the physical replication slots, which keep WAL for their standbys.
 	Slots []SlotStatus `json:"slots,omitempty"`
+	// Archive is, on a primary of a cluster with a backup repository, its WAL archiving.
+	Archive *ArchiveStatus `json:"archive,omitempty"`
 }
 
 // How a former primary rejoined.

@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"strings"
 	"syscall"
+	"time"
 )
 
 // Keys are the repository's credentials, passed in the environment only.
@@ -111,6 +112,14 @@ type Target struct {
 	Exclusive bool
 	// Set is the backup label to restore from; empty means the latest that can reach the target.
 	Set string
+	// RestoreCommand replaces the restore_command pgBackRest writes (its own archive-get).
+	RestoreCommand string
+}
+
+// TimeTarget is t as a time target both pgBackRest (which picks the backup set by it) and
+// PostgreSQL (recovery_target_time) read.
+func TimeTarget(t time.Time) string {
+	return t.Format("2006-01-02 15:04:05.999999-07:00")
 }
 
 // Restore writes a backup into the configured data directory (empty, or overwritten file by
@@ -128,6 +137,9 @@ func (r Runner) Restore(ctx context.Context, target Target) error {
 	}
 	if target.Set != "" {
 		args = append(args, "--set="+target.Set)
+	}
+	if target.RestoreCommand != "" {
+		args = append(args, "--recovery-option=restore_command="+target.RestoreCommand)
 	}
 	_, err := r.run(ctx, "restore", args...)
 	return err

@@ -48,6 +48,8 @@ type Options struct {
 	CompressType string
 	// RetentionFull keeps this many full backups (and the WAL they need); 0 keeps all.
 	RetentionFull int
+	// RetentionFullType: count (the default) or time, when RetentionFull is days.
+	RetentionFullType string
 	// ArchiveTimeout bounds how long one archive_command waits for its segment to reach the
 	// repository; 0 means pgBackRest's default (60 s). It is also how soon a failing repository
 	// shows in pg_stat_archiver.
@@ -85,6 +87,7 @@ func Render(o Options) string {
 	}
 	if o.RetentionFull > 0 {
 		global["repo1-retention-full"] = strconv.Itoa(o.RetentionFull)
+		global["repo1-retention-full-type"] = cmp.Or(o.RetentionFullType, "count")
 	}
 	stanza := map[string]string{
 		"pg1-path":        o.DataDir,

@@ -29,21 +29,13 @@ func TestArchiveBackupAndRestoreToATime(t *testing.T) {
 	ctx := context.Background()
 	s3 := pgtest.StartS3(t)
 	source, runner, conn := startArchiving(t, s3, "source")
-	exec(t, conn, "CREATE TABLE batches (id int PRIMARY KEY, batch int NOT NULL)")
-	insertBatch(t, conn, 1)
+	batches := pgtest.Batches{T: t, Conn: conn}
+	batches.Create()
+	batches.Insert(1)
 	if err := runner.Backup(ctx, pgbackrest.Full); err != nil {
 		t.Fatal(err)
 	}
-	// pgBackRest keeps backup times in whole seconds and picks a backup that stopped before the
-	// target: the target must be in a later second than the full backup's end.
-	time.Sleep(1100 * time.Millisecond)
-	insertBatch(t, conn, 2)
-	var target time.Time
-	if err := conn.QueryRow(ctx, "SELECT clock_timestamp()").Scan(&target); err != nil {
-		t.Fatal(err)
-	}
-	time.Sleep(1100 * time.Millisecond)
-	insertBatch(t, conn, 3)
+	target := batches.InsertAroundTarget(2)
 	if err := runner.Backup(ctx, pgbackrest.Incr); err != nil {
 		t.Fatal(err)
 	}
@@ -78,7 +70,7 @@ func TestArchiveBackupAndRestoreToATime(t *testing.T) {
 
 	restored := pgtest.NewInstance(t, "restored")
 	restoreRunner := configure(t, s3, restored)
-	if err := restoreRunner.Restore(ctx, pgbackrest.Target{Type: "time", Value: target.Format("2006-01-02 15:04:05.999999-07")}); err != nil {
+	if err := restoreRunner.Restore(ctx, pgbackrest.Target{Type: "time", Value: pgbackrest.TimeTarget(target)}); err != nil {
 		t.Fatal(err)
 	}
 	if err := restored.Start(); err != nil {
@@ -92,15 +84,15 @@ func TestArchiveBackupAndRestoreToATime(t *testing.T) {
 		}
 		return nil
 	})
-	var rows, batches int
-	if err := conn.QueryRow(ctx, "SELECT count(*), count(DISTINCT batch) FROM batches WHERE batch <= 2").Scan(&rows, &batches); err != nil {
+	var rows, distinct int
+	if err := conn.QueryRow(ctx, "SELECT count(*), count(DISTINCT batch) FROM batches WHERE batch <= 2").Scan(&rows, &distinct); err != nil {
 		t.Fatal(err)
 	}
 	var later int
 	if err := conn.QueryRow(ctx, "SELECT count(*) FROM batches WHERE batch = 3").Scan(&later); err != nil {
 		t.Fatal(err)
 	}
-	if rows != 200 || batches != 2 || later != 0 {
+	if rows != 200 || distinct != 2 || later != 0 {
 		t.Fatalf("restored to %s: %d rows of batches 1–2 (want 200), %d of batch 3 (want 0)", target, rows, later)
 	}
 }
@@ -161,18 +153,6 @@ func configure(t *testing.T, s3 *pgtest.S3Server, inst *postgres.Instance) pgbac
 	return runner
 }
 
-func insertBatch(t *testing.T, conn *pgx.Conn, batch int) {
-	t.Helper()
-	exec(t, conn, fmt.Sprintf("INSERT INTO batches SELECT g, %d FROM generate_series(%d, %d) g", batch, (batch-1)*100+1, batch*100))
-}
-
-func exec(t *testing.T, conn *pgx.Conn, sql string) {
-	t.Helper()
-	if _, err := conn.Exec(context.Background(), sql); err != nil {
-		t.Fatalf("%s: %v", sql, err)
-	}
-}
-
 type testLog struct{ t *testing.T }
 
 func (l testLog) Write(p []byte) (int, error) {
@@ -189,12 +169,13 @@ func TestArchivingSurvivesARepositoryOutage(t *testing.T) {
 	if err := runner.Check(ctx); err != nil {
 		t.Fatal(err)
 	}
-	exec(t, conn, "CREATE TABLE batches (id int PRIMARY KEY, batch int NOT NULL)")
+	batches := pgtest.Batches{T: t, Conn: conn}
+	batches.Create()
 
 	s3.Stop()
 	var outageSegment string
 	for batch := 1; batch <= 3; batch++ {
-		insertBatch(t, conn, batch)
+		batches.Insert(batch)
 		if err := conn.QueryRow(ctx, "SELECT pg_walfile_name(pg_switch_wal())").Scan(&outageSegment); err != nil {
 			t.Fatal(err)
 		}
@@ -206,7 +187,7 @@ func TestArchivingSurvivesARepositoryOutage(t *testing.T) {
 		}
 		return nil
 	})
-	insertBatch(t, conn, 4) // the primary still takes writes
+	batches.Insert(4) // the primary still takes writes
 
 	s3.Start(t)
 	pgtest.Eventually(t, "every segment of the outage is archived once the repository is back", func() error {

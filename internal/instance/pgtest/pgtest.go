@@ -225,10 +225,13 @@ func SetCredentials(t TB, cfg agentapi.Config, creds agentapi.Credentials) {
 
 // StartAgent runs an agent for cfg over inst, as the container would, listening on a free
 // loopback port and with short intervals. It is stopped when the test ends.
-func StartAgent(t TB, cfg agentapi.Config, inst *postgres.Instance, leases agent.LeaseStore) *RunningAgent {
+func StartAgent(t TB, cfg agentapi.Config, inst *postgres.Instance, leases agent.LeaseStore, tune ...func(*agent.Options)) *RunningAgent {
 	t.Helper()
 	options := agent.Options{ListenAddress: fmt.Sprintf("127.0.0.1:%d", FreePort(t)),
 		ShutdownGrace: 10 * time.Second, ConfigInterval: 200 * time.Millisecond, CloneRetry: 200 * time.Millisecond}
+	for _, f := range tune {
+		f(&options)
+	}
 	a := &agent.Agent{Instance: inst, Config: cfg, Options: options, Leases: leases, Log: funcr.New(func(prefix, args string) {
 		t.Logf("[agent %s] %s %s", cfg.PodName, prefix, args)
 	}, funcr.Options{})}

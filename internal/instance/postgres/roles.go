@@ -130,3 +130,20 @@ func ConnInfo(pairs ...string) string {
 	}
 	return strings.Join(parts, " ")
 }
+
+// recoverySettings are what a restore writes into postgresql.auto.conf to reach its target.
+var recoverySettings = []string{"restore_command", "recovery_target", "recovery_target_time", "recovery_target_lsn",
+	"recovery_target_xid", "recovery_target_name", "recovery_target_inclusive", "recovery_target_action",
+	"recovery_target_timeline"}
+
+// ResetRecoverySettings removes a finished recovery's settings from postgresql.auto.conf:
+// pg_basebackup copies that file, and a standby cloned with a recovery target would stop
+// replaying there.
+func ResetRecoverySettings(ctx context.Context, conn *pgx.Conn) error {
+	for _, name := range recoverySettings {
+		if _, err := conn.Exec(ctx, "ALTER SYSTEM RESET "+name); err != nil {
+			return fmt.Errorf("reset %s: %w", name, err)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,161 @@
+package agent_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/pgpilot/pgpilot-operator/internal/instance/agent"
+	"github.com/pgpilot/pgpilot-operator/internal/instance/agentapi"
+	"github.com/pgpilot/pgpilot-operator/internal/instance/pgtest"
+)
+
+// A cluster's agent archives its WAL through `agent pgbackrest archive-push` (the operator's
+// archive_command), creates the stanza, takes a backup the operator asks for over the API and
+// reports archiving; a new cluster's agent restores that backup to a point in time, promotes,
+// drops the recovery settings and archives into its own repository. Real PostgreSQL, real
+// pgBackRest, a real S3 server.
+func TestAgentArchivesBacksUpAndRecoversToATime(t *testing.T) {
+	ctx := context.Background()
+	s3 := pgtest.StartS3(t)
+	sourceRepo := s3.Repository("/pgtest/default/db")
+
+	source := startArchivingAgent(t, s3, "db", agentapi.BackupConfig{Repository: &sourceRepo, Compression: "lz4", Parallel: 2})
+	conn := pgtest.Connect(t, source.Instance, "postgres", "super", "postgres")
+	batches := pgtest.Batches{T: t, Conn: conn}
+	batches.Create()
+	batches.Insert(1)
+	waitForStanza(t, source)
+
+	if code, body, err := postJSON(source.URL+agentapi.PathBackups, agentapi.BackupRequest{Name: "first", Type: "full"}); err != nil || code != http.StatusAccepted {
+		t.Fatalf("start backup = %d %s (%v), want 202", code, body, err)
+	}
+	if code, _, err := postJSON(source.URL+agentapi.PathBackups, agentapi.BackupRequest{Name: "other", Type: "full"}); err != nil || code != http.StatusConflict {
+		t.Fatalf("a second backup while one runs = %d (%v), want 409", code, err)
+	}
+	full := waitForBackup(t, source, "first")
+	if full.Backup.Type != "full" || full.Backup.StopLSN == "" || full.Backup.StartWAL == "" || full.Backup.Size == 0 {
+		t.Fatalf("backup record %+v", full.Backup)
+	}
+
+	target := batches.InsertAroundTarget(2)
+	var segment string
+	if err := conn.QueryRow(ctx, "SELECT pg_walfile_name(pg_switch_wal())").Scan(&segment); err != nil {
+		t.Fatal(err)
+	}
+	pgtest.Eventually(t, "batch 3's segment archived, as the agent reports", func() error {
+		s, err := status(source)
+		if err != nil || s.Archive == nil || s.Archive.LastArchivedWAL < segment || s.Archive.Failing() {
+			return fmt.Errorf("archive %+v (%v), want %s", s.Archive, err, segment)
+		}
+		if !s.Archive.Enabled || s.Archive.WALBytes == 0 || s.Archive.VolumeFreeBytes == 0 || len(s.Archive.Backups) != 1 {
+			return fmt.Errorf("archive %+v", s.Archive)
+		}
+		return nil
+	})
+	if err := source.Stop(); err != nil {
+		t.Fatal(err)
+	}
+
+	ownRepo := s3.Repository("/pgtest/default/restored")
+	restored := startArchivingAgent(t, s3, "restored", agentapi.BackupConfig{Repository: &ownRepo, Compression: "lz4", Parallel: 2,
+		Recovery: &agentapi.Recovery{Repository: sourceRepo, Target: agentapi.RecoveryTarget{Type: "time", Value: target.Format(time.RFC3339Nano)}}})
+	conn = pgtest.Connect(t, restored.Instance, "postgres", "super", "postgres")
+	var rows, later int
+	if err := conn.QueryRow(ctx, "SELECT count(*) FILTER (WHERE batch <= 2), count(*) FILTER (WHERE batch = 3) FROM batches").Scan(&rows, &later); err != nil {
+		t.Fatal(err)
+	}
+	if rows != 200 || later != 0 {
+		t.Fatalf("restored to %s: %d rows of batches 1–2 (want 200), %d of batch 3 (want 0)", target, rows, later)
+	}
+	s, err := status(restored)
+	if err != nil || s.Role != agentapi.RolePrimary || s.Timeline != 2 {
+		t.Fatalf("restored status %+v (%v), want a primary on timeline 2", s, err)
+	}
+	auto, err := os.ReadFile(filepath.Join(restored.Instance.DataDir, "postgresql.auto.conf"))
+	if err != nil || strings.Contains(string(auto), "recovery_target") || strings.Contains(string(auto), "restore_command") {
+		t.Fatalf("postgresql.auto.conf still has recovery settings (a clone would copy them): %s (%v)", auto, err)
+	}
+	waitForStanza(t, restored)
+	pgtest.Batches{T: t, Conn: conn}.Exec("SELECT pg_switch_wal()")
+	pgtest.Eventually(t, "the restored cluster archives into its own repository", func() error {
+		if keys := s3.ObjectKeys(t, "pgtest/default/restored/archive"); !containsTimeline2(keys) {
+			return fmt.Errorf("archived: %v", keys)
+		}
+		return nil
+	})
+}
+
+func containsTimeline2(keys []string) bool {
+	for _, k := range keys {
+		if strings.Contains(filepath.Base(k), "00000002") {
+			return true
+		}
+	}
+	return false
+}
+
+// startArchivingAgent runs the initial primary of a new cluster named cluster with backup
+// configuration b, archiving through the agent as in a pod.
+func startArchivingAgent(t *testing.T, s3 *pgtest.S3Server, cluster string, b agentapi.BackupConfig) *pgtest.RunningAgent {
+	t.Helper()
+	inst := pgtest.NewInstance(t, cluster)
+	cfg := agentConfig(t, cluster+"-0", inst, inst.Port)
+	cfg.ClusterName, cfg.InitialPrimary = cluster, cluster+"-0"
+	pgtest.WriteBackupConfig(t, cfg, b, s3)
+	pgtest.ArchiveThroughAgent(inst, cfg, agentBinary)
+	r := pgtest.StartAgent(t, cfg, inst, pgtest.NewMemoryLeases(cfg.PodName), func(o *agent.Options) { o.Executable = agentBinary })
+	pgtest.Eventually(t, "agent ready", func() error {
+		if code, body, err := get(r.URL+agentapi.PathReadiness, ""); err != nil || code != http.StatusOK {
+			return fmt.Errorf("%d %s (%v)", code, body, err)
+		}
+		return nil
+	})
+	return r
+}
+
+func waitForStanza(t *testing.T, r *pgtest.RunningAgent) {
+	t.Helper()
+	pgtest.Eventually(t, "stanza created", func() error {
+		s, err := status(r)
+		if err != nil || s.Archive == nil || !s.Archive.StanzaReady || s.Archive.Unavailable != "" {
+			return fmt.Errorf("archive %+v (%v)", s.Archive, err)
+		}
+		return nil
+	})
+}
+
+func waitForBackup(t *testing.T, r *pgtest.RunningAgent, name string) agentapi.BackupResult {
+	t.Helper()
+	var result agentapi.BackupResult
+	pgtest.Eventually(t, "backup "+name+" completed", func() error {
+		code, body, err := get(r.URL+agentapi.PathBackups+"/"+name, token)
+		if err != nil || code != http.StatusOK {
+			return fmt.Errorf("%d %s (%v)", code, body, err)
+		}
+		if err := json.Unmarshal([]byte(body), &result); err != nil {
+			return err
+		}
+		if result.Phase == agentapi.BackupFailed {
+			t.Fatalf("backup failed: %s", result.Error)
+		}
+		if result.Phase != agentapi.BackupCompleted {
+			return fmt.Errorf("phase %s", result.Phase)
+		}
+		return nil
+	})
+	return result
+}
+
+func postJSON(url string, body any) (int, string, error) {
+	data, _ := json.Marshal(body)
+	req, _ := http.NewRequest(http.MethodPost, url, strings.NewReader(string(data)))
+	req.Header.Set("Authorization", "Bearer "+token)
+	return do(req)
+}

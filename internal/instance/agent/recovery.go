@@ -1,0 +1,96 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/pgpilot/pgpilot-operator/internal/instance/agentapi"
+	"github.com/pgpilot/pgpilot-operator/internal/instance/pgbackrest"
+	"github.com/pgpilot/pgpilot-operator/internal/instance/postgres"
+)
+
+// restoreMarkerPath exists from the start of a restore until the restored server has promoted:
+// an agent that finds it restores again instead of starting a half-recovered data directory.
+func (a *Agent) restoreMarkerPath() string {
+	return filepath.Join(filepath.Dir(a.Config.DataDir), "pgpilot-restore.json")
+}
+
+// restoring says whether a restore started and did not finish.
+func (a *Agent) restoring() bool {
+	_, err := os.Stat(a.restoreMarkerPath())
+	return err == nil
+}
+
+// recover creates the data directory from the recovery repository: pgBackRest restores the
+// backup that reaches the target, the server replays archived WAL up to it and promotes onto
+// a new timeline, and the recovery's settings are removed before the server stops again.
+func (a *Agent) recover(ctx context.Context, rec *agentapi.Recovery) error {
+	if err := writeJSONFile(a.restoreMarkerPath(), rec); err != nil {
+		return fmt.Errorf("restore marker: %w", err)
+	}
+	if _, err := writeRepositoryConfigs(a.Config, a.Instance.RunAs); err != nil {
+		return err
+	}
+	runner, err := a.repositoryRunner(agentapi.RecoveryRepository)
+	if err != nil {
+		return err
+	}
+	self := a.Options.Executable
+	if self == "" {
+		if self, err = os.Executable(); err != nil {
+			return err
+		}
+	}
+	if err := mkdirOwned(a.Config.DataDir, a.Instance.RunAs); err != nil {
+		return err
+	}
+	a.Log.Info("restoring from the recovery repository", "path", rec.Repository.Path, "target", rec.Target.Type, "value", rec.Target.Value)
+	value := rec.Target.Value
+	if at, err := time.Parse(time.RFC3339Nano, value); err == nil && rec.Target.Type == "time" {
+		value = pgbackrest.TimeTarget(at)
+	}
+	target := pgbackrest.Target{Type: rec.Target.Type, Value: value, Exclusive: rec.Target.Exclusive,
+		// WAL comes from the source's repository through the agent, which holds its keys.
+		RestoreCommand: fmt.Sprintf(`%s pgbackrest --repository=%s archive-get %%f "%%p"`, self, agentapi.RecoveryRepository)}
+	if err := runner.Restore(ctx, target); err != nil {
+		return err
+	}
+	if err := a.replayToTarget(ctx); err != nil {
+		return err
+	}
+	return os.Remove(a.restoreMarkerPath())
+}
+
+// replayToTarget runs the restored server until it has promoted, then stops it clean.
+func (a *Agent) replayToTarget(ctx context.Context) error {
+	if err := a.Instance.Start(); err != nil {
+		return err
+	}
+	stop := func(err error) error { return errors.Join(err, a.Instance.Stop(a.Options.ShutdownGrace)) }
+	for {
+		select {
+		case <-ctx.Done():
+			return stop(ctx.Err())
+		case <-a.Instance.Exited():
+			return fmt.Errorf("postgres stopped during recovery (is the target after the end of the archived WAL?): %v", a.Instance.ExitErr())
+		case <-time.After(time.Second):
+		}
+		conn, err := a.connect(ctx)
+		if err != nil {
+			continue
+		}
+		var inRecovery bool
+		err = conn.QueryRow(ctx, "SELECT pg_is_in_recovery()").Scan(&inRecovery)
+		if err == nil && !inRecovery {
+			err = postgres.ResetRecoverySettings(ctx, conn)
+			_ = conn.Close(ctx)
+			a.Log.Info("recovery reached its target and promoted")
+			return stop(err)
+		}
+		_ = conn.Close(ctx)
+	}
+}
