@@ -245,7 +245,45 @@ var _ = Describe("CRD validation", func() {
 			"storage.size must be at least 64Mi"),
 		Entry("a size too small for initdb", func(c *pgv1.PostgresCluster) { c.Spec.Storage.Size = resource.MustParse("1Mi") },
 			"storage.size must be at least 64Mi"),
+		Entry("an archive_command of the user's", func(c *pgv1.PostgresCluster) {
+			c.Spec.PostgreSQL.Parameters = map[string]pgv1.ParameterValue{"archive_command": "cp %p /tmp"}
+		}, "postgresql.parameters.archive_command is managed by pgpilot"),
+		Entry("a repository endpoint with a scheme", func(c *pgv1.PostgresCluster) {
+			c.Spec.Backup = &pgv1.ClusterBackupSpec{Repository: testRepository()}
+			c.Spec.Backup.Repository.Endpoint = "https://s3.example.com"
+		}, "without http:// or https://"),
+		Entry("two recovery targets", func(c *pgv1.PostgresCluster) {
+			c.Spec.Bootstrap.Recovery = &pgv1.RecoverySpec{Repository: testRepository(), ClusterName: "old",
+				Target: &pgv1.RecoveryTarget{Time: "2026-12-01T10:00:00Z", LSN: "0/3000060"}}
+		}, "bootstrap.recovery.target takes at most one of time, lsn, xid, name and immediate"),
+		Entry("a recovery time without its zone", func(c *pgv1.PostgresCluster) {
+			c.Spec.Bootstrap.Recovery = &pgv1.RecoverySpec{Repository: testRepository(), ClusterName: "old",
+				Target: &pgv1.RecoveryTarget{Time: "2026-12-01 10:00:00"}}
+		}, "spec.bootstrap.recovery.target.time"),
+		Entry("a restored cluster archiving into the repository it recovers from", func(c *pgv1.PostgresCluster) {
+			c.Spec.Backup = &pgv1.ClusterBackupSpec{Repository: testRepository()}
+			c.Spec.Bootstrap.Recovery = &pgv1.RecoverySpec{Repository: testRepository(), ClusterName: c.Name}
+		}, "spec.backup.repository would be the repository the cluster recovers from"),
 	)
+
+	It("accepts a cluster restored from another one's repository that archives into its own", func() {
+		createCluster(newCluster(namespace, func(c *pgv1.PostgresCluster) {
+			c.Spec.Backup = &pgv1.ClusterBackupSpec{Repository: testRepository()}
+			c.Spec.Bootstrap.Recovery = &pgv1.RecoverySpec{Repository: testRepository(), ClusterName: "old",
+				Target: &pgv1.RecoveryTarget{Time: "2026-12-01T10:00:00.25+01:00", Exclusive: ptr.To(true)}}
+		}))
+	})
+
+	It("keeps a Backup's spec as created", func() {
+		b := &pgv1.Backup{ObjectMeta: metav1.ObjectMeta{Name: "b", Namespace: namespace},
+			Spec: pgv1.BackupSpec{Cluster: corev1.LocalObjectReference{Name: "db"}}}
+		Expect(k8sClient.Create(ctx, b)).To(Succeed())
+		Expect(b.Spec.Type).To(Equal(pgv1.BackupFull))
+		b.Spec.Type = pgv1.BackupIncr
+		err := k8sClient.Update(ctx, b)
+		Expect(apierrors.IsInvalid(err)).To(BeTrue(), "%v", err)
+		Expect(err.Error()).To(ContainSubstring("a Backup's spec is immutable"))
+	})
 
 	It("accepts the longest name and creates every child from it", func() {
 		c := createCluster(newCluster(namespace, func(c *pgv1.PostgresCluster) {
@@ -316,3 +354,7 @@ var _ = Describe("CRD validation", func() {
 		Expect(c.Spec.Storage.Size.String()).To(Equal("5Gi"))
 	})
 })
+
+func testRepository() pgv1.BackupRepository {
+	return pgv1.BackupRepository{Endpoint: "s3.example.com", Bucket: "backups", CredentialsSecret: corev1.LocalObjectReference{Name: "s3"}}
+}
