@@ -210,6 +210,13 @@ func main() {
 		setupLog.Error(err, "unable to create controller", "controller", "Backup")
 		os.Exit(1)
 	}
+	if err := (&controller.ScheduledBackupReconciler{
+		Client:   mgr.GetClient(),
+		Recorder: mgr.GetEventRecorder("pgpilot"),
+	}).SetupWithManager(mgr); err != nil {
+		setupLog.Error(err, "unable to create controller", "controller", "ScheduledBackup")
+		os.Exit(1)
+	}
 	// +kubebuilder:scaffold:builder
 
 	if metricsCertWatcher != nil {

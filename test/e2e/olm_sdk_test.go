@@ -93,7 +93,7 @@ var _ = Describe("operator-sdk scorecard", Ordered, Label(olmLabel), func() {
 		sa := &corev1.ServiceAccount{}
 		sa.Name, sa.Namespace = "scorecard", ns
 		Expect(k8s.Create(ctx, sa)).To(Succeed())
-		for _, kind := range []string{"postgrescluster", "backup"} {
+		for _, kind := range []string{"postgrescluster", "backup", "scheduledbackup"} {
 			binding := &rbacv1.RoleBinding{
 				RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "pgpilot-operator-" + kind + "-editor-role"},
 				Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: sa.Name, Namespace: ns}},

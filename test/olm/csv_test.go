@@ -197,9 +197,13 @@ func TestCSVIsComplete(t *testing.T) {
 		for _, owned := range csv.Spec.CustomResourceDefinitions.Owned {
 			kinds[owned.Kind] = owned
 		}
-		backup, ok := kinds["Backup"]
-		if len(kinds) != 2 || !ok || backup.DisplayName == "" || len(backup.StatusDescriptors) == 0 {
-			t.Fatalf("owned CRDs %+v, want PostgresCluster and Backup, each with a display name and descriptors", csv.Spec.CustomResourceDefinitions.Owned)
+		if len(kinds) != 3 {
+			t.Fatalf("owned CRDs %+v, want PostgresCluster, Backup and ScheduledBackup", csv.Spec.CustomResourceDefinitions.Owned)
+		}
+		for _, kind := range []string{"Backup", "ScheduledBackup"} {
+			if owned := kinds[kind]; owned.DisplayName == "" || len(owned.SpecDescriptors) == 0 || len(owned.StatusDescriptors) == 0 {
+				t.Errorf("%s needs a display name and descriptors: %+v", kind, owned)
+			}
 		}
 		owned := kinds["PostgresCluster"]
 		if owned.DisplayName == "" || len(owned.Resources) == 0 {
