@@ -109,9 +109,14 @@ test: host-packages manifests generate fmt vet lint-shell fuzz-short envtest ver
 	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" PGPILOT_VERSITYGW="$(VERSITYGW)" go test $(GO_TEST_FLAGS) ./... -coverprofile cover.out
 	$(MAKE) test-e2e
 
+# Size of the database BenchmarkBackupAndRestore backs up and restores (MiB).
+BACKUP_BENCH_MIB ?= 1024
+
 .PHONY: bench
-bench: manifests envtest ## Measure API load, CPU and cache memory; fail when test/bench/budgets.yaml is exceeded.
+bench: manifests envtest host-packages versitygw ## Measure API load, CPU and cache memory (fail when test/bench/budgets.yaml is exceeded), then backup, restore and archiving throughput.
 	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" go run ./test/bench $(BENCH_FLAGS)
+	PGPILOT_VERSITYGW="$(VERSITYGW)" go test -run '^$$' -bench BackupAndRestore -benchtime 1x -timeout 40m \
+		./internal/instance/pgbackrest/ -args -backup-bench-mib=$(BACKUP_BENCH_MIB)
 
 .PHONY: demo-envtest
 demo-envtest: manifests envtest ## The operator against a bare control plane (no kubelet, no root): children and conditions only.

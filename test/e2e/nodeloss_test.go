@@ -6,6 +6,7 @@ import (
 	"context"
 	"os"
 	"os/exec"
+	"strings"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -172,12 +173,15 @@ func podNode(ctx context.Context, c *pgv1.PostgresCluster, pod string) string {
 }
 
 // runWorker powers the local cluster's worker off (stop: every process killed at once) or on.
-func runWorker(command string) {
+func runWorker(command string) { runLocalcluster("worker", command) }
+
+// runLocalcluster runs a command of the local cluster's tool (test/e2e/run.sh names it).
+func runLocalcluster(args ...string) {
 	localcluster := os.Getenv("E2E_LOCALCLUSTER")
 	Expect(localcluster).NotTo(BeEmpty(), "E2E_LOCALCLUSTER: run the suite through test/e2e/run.sh")
-	By("localcluster worker " + command)
-	out, err := exec.Command(localcluster, "worker", command).CombinedOutput()
-	Expect(err).NotTo(HaveOccurred(), "localcluster worker %s: %s", command, out)
+	By("localcluster " + strings.Join(args, " "))
+	out, err := exec.Command(localcluster, args...).CombinedOutput()
+	Expect(err).NotTo(HaveOccurred(), "localcluster %s: %s", strings.Join(args, " "), out)
 }
 
 // switchoverTo asks for a switchover to target with the annotation and waits until target is

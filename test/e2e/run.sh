@@ -59,6 +59,8 @@ if [[ " $phases " == *" deploy "* ]]; then
   "$LOCALCLUSTER" worker add
   export E2E_LOCALCLUSTER=$LOCALCLUSTER
   "$LOCALCLUSTER" deploy
+  # The S3 service of the backup specs, which stop and start it.
+  "$LOCALCLUSTER" s3 up
   echo "e2e: cluster and operator ready in $((SECONDS - start))s"
   run_specs '!olm'
   "$LOCALCLUSTER" undeploy

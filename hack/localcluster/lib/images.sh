@@ -46,6 +46,7 @@ build_pause_image() { binary_image "$1" "$2" "$(bin pause)" /pause --config.user
 build_coredns_image() { binary_image "$1" "$2" "$(bin coredns)" /coredns --config.user 65532:65532; }
 build_local_path_image() { binary_image "$1" "$2" "$(bin local-path-provisioner)" /usr/bin/local-path-provisioner; }
 build_httpcheck_image() { binary_image "$1" "$2" "$(bin httpcheck)" /httpcheck --config.user 65532:65532; }
+build_versitygw_image() { binary_image "$1" "$2" "$(bin versitygw)" /usr/bin/versitygw --config.user 65532:65532; }
 
 # The operator's image as its Dockerfile makes it: the static manager at /manager and the
 # instance agent at /agent (PostgreSQL pods copy it out with an init container), run as nonroot
@@ -141,14 +142,15 @@ build_images() {
     "$LOCAL_PATH_VERSION $(sha256sum <"$(bin local-path-provisioner)")" build_local_path_image
   image busybox busybox "$(dpkg-query -W -f='${Version}' busybox-static)" build_busybox_image
   image httpcheck httpcheck "$(sha256sum <"$(bin httpcheck)")" build_httpcheck_image
+  image versitygw versitygw "$(sha256sum <"$(bin versitygw)")" build_versitygw_image
   image postgres postgres "$(postgres_image_inputs)" build_postgres_image
 }
 
-# postgres_image_inputs: the recipe and the PostgreSQL version apt offers now, so a Debian
-# update of postgresql-15 rebuilds the image.
+# postgres_image_inputs: the recipe and the PostgreSQL and pgBackRest versions apt offers now,
+# so a Debian update of postgresql-15 or pgbackrest rebuilds the image.
 postgres_image_inputs() {
   hash_inputs "$LC_DIR/images/postgres"
-  apt-cache policy postgresql-15 2>/dev/null | awk '/Candidate/ {print $2}'
+  apt-cache policy postgresql-15 pgbackrest 2>/dev/null | awk '/Candidate/ {print $2}'
 }
 
 # build_operator_binaries SRC OUT: the Dockerfile's binaries from the tree SRC, with its flags

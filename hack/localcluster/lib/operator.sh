@@ -5,6 +5,8 @@
 OPERATOR_NAMESPACE=pgpilot-operator-system
 OPERATOR_DEPLOYMENT=pgpilot-operator-controller-manager
 SAMPLE=$REPO_ROOT/config/samples/postgres_v1alpha1_postgrescluster.yaml
+# The backup part of the demo: a cluster archiving to the local S3 service, and a Backup of it.
+BACKUP_SAMPLES=("$REPO_ROOT"/config/samples/postgres_v1alpha1_{postgrescluster_backup,backup}.yaml)
 
 kustomize_bin() {
   local k=$REPO_ROOT/bin/kustomize
@@ -127,6 +129,7 @@ demo() {
   kubectl get postgrescluster "$name" -o jsonpath='{range .status.instancesStatus[*]}{.name}{"\t"}{.role}{"\tstreaming="}{.streaming}{"\tlsn="}{.lsn}{"\n"}{end}'
   log "replication as the primary sees it:"
   kubectl exec "$name-0" -c postgres -- psql -U postgres -c 'select application_name, state, replay_lsn from pg_stat_replication'
+  demo_backup
   log "demo ready in $((SECONDS - start))s. Look around with:"
   cat >&2 <<EOF
   hack/localcluster/localcluster kubectl get postgrescluster $name -o yaml
@@ -137,6 +140,27 @@ demo() {
   hack/localcluster/localcluster kubectl run psql --rm -it --restart=Never --image=\$(hack/localcluster/localcluster kubectl get sts $name -o jsonpath='{.spec.template.spec.containers[0].image}') \\
     --env=PGPASSWORD=\$(hack/localcluster/localcluster kubectl get secret $name-app -o jsonpath='{.data.password}' | base64 -d) -- psql -h $name-rw -U app app
   hack/localcluster/localcluster exec -- bash     # a shell on the node's network (KUBECONFIG set)
+  hack/localcluster/localcluster kubectl get backups,postgrescluster/example-backed-up -o wide
   make demo-down                                  # tear it all down
 EOF
+}
+
+# demo_backup: the S3 service, the backed-up sample cluster archiving into it, and a full Backup.
+demo_backup() {
+  s3_up
+  s3_copy_secrets default
+  kubectl apply -f "${BACKUP_SAMPLES[0]}" >/dev/null
+  log "waiting for PostgresCluster example-backed-up to archive WAL to S3"
+  if ! kubectl wait --for=condition=ContinuousArchiving postgrescluster/example-backed-up --timeout=600s >/dev/null; then
+    kubectl get postgrescluster example-backed-up -o yaml >&2 || true
+    die "PostgresCluster example-backed-up does not archive WAL"
+  fi
+  kubectl apply -f "${BACKUP_SAMPLES[1]}" >/dev/null
+  log "waiting for Backup example-backed-up-full to complete"
+  if ! kubectl wait --for=jsonpath='{.status.phase}'=Completed backup/example-backed-up-full --timeout=600s >/dev/null; then
+    kubectl get backup example-backed-up-full -o yaml >&2 || true
+    die "Backup example-backed-up-full did not complete"
+  fi
+  kubectl get backups -o wide
+  kubectl get postgrescluster example-backed-up -o jsonpath='{.status.backup}{"\n"}'
 }

@@ -77,13 +77,7 @@ func TestArchiveBackupAndRestoreToATime(t *testing.T) {
 		t.Fatal(err)
 	}
 	conn = pgtest.Connect(t, restored, agentapi.Superuser, superuserPassword, "postgres")
-	pgtest.Eventually(t, "the restored server promotes at the target", func() error {
-		var inRecovery bool
-		if err := conn.QueryRow(ctx, "SELECT pg_is_in_recovery()").Scan(&inRecovery); err != nil || inRecovery {
-			return fmt.Errorf("in recovery: %v (%v)", inRecovery, err)
-		}
-		return nil
-	})
+	waitForPromotion(t, conn)
 	var rows, distinct int
 	if err := conn.QueryRow(ctx, "SELECT count(*), count(DISTINCT batch) FROM batches WHERE batch <= 2").Scan(&rows, &distinct); err != nil {
 		t.Fatal(err)
@@ -97,9 +91,21 @@ func TestArchiveBackupAndRestoreToATime(t *testing.T) {
 	}
 }
 
+// waitForPromotion waits until the restored server behind conn reached its target and promoted.
+func waitForPromotion(t testing.TB, conn *pgx.Conn) {
+	t.Helper()
+	pgtest.Eventually(t, "the restored server promotes at the target", func() error {
+		var inRecovery bool
+		if err := conn.QueryRow(context.Background(), "SELECT pg_is_in_recovery()").Scan(&inRecovery); err != nil || inRecovery {
+			return fmt.Errorf("in recovery: %v (%v)", inRecovery, err)
+		}
+		return nil
+	})
+}
+
 // startArchiving starts a new server that archives its WAL to s3 through pgBackRest, with the
 // stanza created, and connects to it as the superuser.
-func startArchiving(t *testing.T, s3 *pgtest.S3Server, name string) (*postgres.Instance, pgbackrest.Runner, *pgx.Conn) {
+func startArchiving(t testing.TB, s3 *pgtest.S3Server, name string) (*postgres.Instance, pgbackrest.Runner, *pgx.Conn) {
 	t.Helper()
 	if _, err := osexec.LookPath("pgbackrest"); err != nil {
 		t.Fatalf("pgBackRest not found (hack/host-packages.sh installs it): %v", err)
@@ -123,7 +129,7 @@ func startArchiving(t *testing.T, s3 *pgtest.S3Server, name string) (*postgres.I
 
 // configure writes pgBackRest's configuration for inst, next to its data directory, and lets
 // the test's OS user for pgBackRest (PostgreSQL's) log in over the socket.
-func configure(t *testing.T, s3 *pgtest.S3Server, inst *postgres.Instance) pgbackrest.Runner {
+func configure(t testing.TB, s3 *pgtest.S3Server, inst *postgres.Instance) pgbackrest.Runner {
 	t.Helper()
 	dir := filepath.Dir(inst.DataDir)
 	state := filepath.Join(dir, "pgbackrest")
@@ -153,7 +159,7 @@ func configure(t *testing.T, s3 *pgtest.S3Server, inst *postgres.Instance) pgbac
 	return runner
 }
 
-type testLog struct{ t *testing.T }
+type testLog struct{ t testing.TB }
 
 func (l testLog) Write(p []byte) (int, error) {
 	l.t.Logf("[pgbackrest] %s", p)

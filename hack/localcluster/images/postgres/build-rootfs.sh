@@ -2,7 +2,8 @@
 # build-rootfs.sh ROOTFS [MIRROR]: a Debian bookworm root filesystem with PostgreSQL 15 laid
 # out like the official postgres image: user and group postgres with uid/gid 999, binaries in
 # /usr/lib/postgresql/15/bin, /var/run/postgresql writable, docker-entrypoint.sh, no cluster
-# created at install time. Runs as root (debootstrap, chroot); only apt's mirror is contacted.
+# created at install time, and pgBackRest (bookworm's pgbackrest, run by the instance agent as
+# the postgres user). Runs as root (debootstrap, chroot); only apt's mirror is contacted.
 set -euo pipefail
 
 ROOTFS=$1
@@ -32,11 +33,22 @@ install_postgres() {
   mkdir -p "$ROOTFS/etc/postgresql-common"
   echo 'create_main_cluster = false' >"$ROOTFS/etc/postgresql-common/createcluster.conf"
   in_root apt-get update -qq
-  in_root apt-get install -y -qq --no-install-recommends postgresql-15 >/dev/null
+  # pgbackrest's postinst gives /var/{log,lib,spool}/pgbackrest and /etc/pgbackrest.conf to the
+  # postgres user that exists by then; pgpilot passes its own --config and paths anyway.
+  in_root apt-get install -y -qq --no-install-recommends postgresql-15 pgbackrest >/dev/null
   in_root apt-get clean
   # As in the official image: servers initialised from the sample listen on every address.
   sed -ri "s!^#?(listen_addresses)\s*=\s*\S+.*!\1 = '*'!" "$ROOTFS/usr/share/postgresql/15/postgresql.conf.sample"
   grep -q "^listen_addresses = '\*'" "$ROOTFS/usr/share/postgresql/15/postgresql.conf.sample"
+}
+
+# check_pgbackrest: the binary runs as the image's user (uid 999), with an empty environment.
+check_pgbackrest() {
+  local out
+  out=$(chroot --userspec=999:999 "$ROOTFS" env -i HOME=/var/lib/postgresql PATH=/usr/bin:/bin \
+    /usr/bin/pgbackrest version)
+  echo "as uid 999: $out"
+  [[ $out == "pgBackRest "* ]]
 }
 
 slim_down() {
@@ -58,10 +70,11 @@ finish_layout() {
   ln -sf usr/local/bin/docker-entrypoint.sh "$ROOTFS/docker-entrypoint.sh"
   # What the image was made of, for whoever inspects it.
   # shellcheck disable=SC2016 # dpkg-query's format, not shell
-  in_root dpkg-query -W -f='${Package} ${Version}\n' postgresql-15 >"$ROOTFS/etc/pgpilot-image-packages"
+  in_root dpkg-query -W -f='${Package} ${Version}\n' postgresql-15 pgbackrest >"$ROOTFS/etc/pgpilot-image-packages"
 }
 
 bootstrap
 install_postgres
 slim_down
 finish_layout
+check_pgbackrest
