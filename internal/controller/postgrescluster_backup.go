@@ -102,12 +102,14 @@ func archivingCondition(a *agentapi.ArchiveStatus, problem *reasonMessage, gener
 		c.Reason = reasonRepositoryMismatch
 		c.Message = "the repository holds another database system's backups (pgBackRest: " + errorLine(a.StanzaError) +
 			"); give this cluster an empty repository path: pgpilot never writes into it"
-	case a.StanzaError != "":
-		c.Reason, c.Message = reasonStanzaFailed, "cannot create or read the repository's stanza: "+errorLine(a.StanzaError)
 	case a.Failing():
+		// Before a failed stanza refresh: in an outage both fail, and WAL piling up in pg_wal
+		// is what the user must know.
 		c.Reason = reasonArchiveFailing
 		c.Message = fmt.Sprintf("WAL segment %s failed to archive at %s (%d failures); pg_wal holds %s, %s free on the volume",
 			a.LastFailedWAL, a.LastFailedTime.UTC().Format(time.RFC3339), a.FailedCount, bytesOf(a.WALBytes), bytesOf(a.VolumeFreeBytes))
+	case a.StanzaError != "":
+		c.Reason, c.Message = reasonStanzaFailed, "cannot create or read the repository's stanza: "+errorLine(a.StanzaError)
 	case !a.StanzaReady:
 		c.Reason, c.Message = reasonStanzaPending, "the primary is creating the repository's stanza"
 	default:

@@ -54,6 +54,10 @@ func TestArchivingCondition(t *testing.T) {
 		{"an unreachable repository", with(func(a *agentapi.ArchiveStatus) {
 			a.StanzaReady, a.StanzaError = false, "pgbackrest stanza-create: exit status 49\nERROR: [049]: unable to get address for 's3.example': [-2] Name or service not known"
 		}), nil, true, metav1.ConditionFalse, reasonStanzaFailed, "unable to get address", true},
+		{"an outage: archiving failing wins over the failed refresh of the repository's info", with(func(a *agentapi.ArchiveStatus) {
+			*a = failing
+			a.StanzaReady, a.StanzaError = false, "pgbackrest info: exit status 49\nERROR: [049]: unable to connect to 's3.example:443'"
+		}), nil, true, metav1.ConditionFalse, reasonArchiveFailing, "WAL segment 000000010000000000000008 failed to archive", true},
 		{"the stanza is being created", with(func(a *agentapi.ArchiveStatus) { a.StanzaReady = false }), nil, true,
 			metav1.ConditionFalse, reasonStanzaPending, "creating", false},
 	}
