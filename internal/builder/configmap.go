@@ -108,6 +108,7 @@ func PgHBAConf(c *pgv1.PostgresCluster) string {
 	// The agent logs in as the superuser over the pod's socket without a password, so that it
 	// can always set the passwords the Secrets hold (the agent writes the ident map).
 	fmt.Fprintf(&b, "local all %s peer map=%s\n", agentapi.Superuser, agentapi.LocalSuperuserMap)
+	fmt.Fprintf(&b, "local all %s peer map=%s\n", agentapi.MonitorUser, agentapi.LocalSuperuserMap)
 	for _, line := range c.Spec.PostgreSQL.PgHBA {
 		b.WriteString(hbaLine(line) + "\n")
 	}

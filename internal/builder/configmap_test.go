@@ -120,8 +120,9 @@ func TestPostgresqlConfIsDeterministicAndSorted(t *testing.T) {
 }
 
 func TestPgHBAConf(t *testing.T) {
-	// First, so that no user line can lock the agent out of setting passwords.
-	const agentLogin = "local all postgres peer map=pgpilot"
+	// First, so that no user line can lock the agent out of setting passwords or reading
+	// statistics.
+	agentLogins := []string{"local all postgres peer map=pgpilot", "local all pgpilot_monitor peer map=pgpilot"}
 	pgpilotRules := []string{
 		"local all all peer",
 		"host all all 127.0.0.1/32 scram-sha-256",
@@ -134,15 +135,14 @@ func TestPgHBAConf(t *testing.T) {
 		pgHBA []string
 		want  []string
 	}{
-		{name: "no user lines", want: append([]string{agentLogin}, pgpilotRules...)},
+		{name: "no user lines", want: slices.Concat(agentLogins, pgpilotRules)},
 		{
 			name:  "user lines come after the agent's own login, trimmed and in order",
 			pgHBA: []string{"  hostssl app app 10.0.0.0/8 scram-sha-256 ", "host all all 192.168.0.0/16 reject"},
-			want: append([]string{
-				agentLogin,
+			want: slices.Concat(agentLogins, []string{
 				"hostssl app app 10.0.0.0/8 scram-sha-256",
 				"host all all 192.168.0.0/16 reject",
-			}, pgpilotRules...),
+			}, pgpilotRules),
 		},
 	}
 	for _, tt := range tests {

@@ -156,6 +156,7 @@ func buildPostgresContainer(c *pgv1.PostgresCluster, image string) *corev1ac.Con
 		WithPorts(
 			corev1ac.ContainerPort().WithName("postgres").WithContainerPort(agentapi.DefaultPostgresPort).WithProtocol(corev1.ProtocolTCP),
 			corev1ac.ContainerPort().WithName("agent").WithContainerPort(agentapi.DefaultAgentPort).WithProtocol(corev1.ProtocolTCP),
+			corev1ac.ContainerPort().WithName("metrics").WithContainerPort(agentapi.DefaultMetricsPort).WithProtocol(corev1.ProtocolTCP),
 		).
 		// Startup covers initdb or a clone of a large primary; readiness is "accepts
 		// connections"; liveness only asks whether the postmaster runs, so a busy server is

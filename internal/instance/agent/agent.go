@@ -31,6 +31,9 @@ type Options struct {
 	ConfigInterval time.Duration
 	// CloneRetry is the first delay between clone attempts; it grows to 30s.
 	CloneRetry time.Duration
+	// MetricsListenAddress of the metrics endpoint; empty means every address on
+	// Config.MetricsPort.
+	MetricsListenAddress string
 	// Executable is the agent binary PostgreSQL calls as its restore_command during a
 	// recovery; empty means this process's own.
 	Executable string
@@ -59,15 +62,16 @@ func NewInstance(c agentapi.Config) *postgres.Instance {
 	}
 }
 
-// localSuperuserMap lets the agent's own OS user log in as the superuser over the local socket
-// (pg_hba.conf's first line: peer authentication through the map "pgpilot"), so that the agent
-// never depends on a password it may be about to change.
+// localSuperuserMap lets the agent's own OS user log in as the superuser and as the monitoring
+// role over the local socket (pg_hba.conf's first lines: peer authentication through the map
+// "pgpilot"), so that the agent never depends on a password it may be about to change.
 func localSuperuserMap() string {
 	name := "postgres"
 	if u, err := user.Current(); err == nil {
 		name = u.Username
 	}
-	return fmt.Sprintf("%s %s %s\n", agentapi.LocalSuperuserMap, name, agentapi.Superuser)
+	return fmt.Sprintf("%s %s %s\n%s %s %s\n", agentapi.LocalSuperuserMap, name, agentapi.Superuser,
+		agentapi.LocalSuperuserMap, name, agentapi.MonitorUser)
 }
 
 // Agent supervises one PostgreSQL instance.
@@ -123,6 +127,11 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	go func() { _ = server.Serve(listener) }()
 	defer func() { _ = server.Close() }()
+	metricsAddress, stopMetrics, err := a.serveMetrics()
+	if err != nil {
+		return err
+	}
+	defer stopMetrics()
 	if _, err := writeRepositoryConfigs(a.Config, a.Instance.RunAs); err != nil {
 		a.Log.Error(err, "pgbackrest configuration")
 	}
@@ -132,7 +141,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		return err
 	}
 	a.Log.Info("agent started", "primary", a.Instance.Running() && a.isPrimary(), "fenced", a.fenced() != nil,
-		"api", listener.Addr().String())
+		"api", listener.Addr().String(), "metrics", metricsAddress)
 	return a.supervise(ctx)
 }
 

@@ -8,6 +8,7 @@ import (
 	"maps"
 	"net/http"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -111,6 +112,30 @@ func TestAgentsBootstrapReplicateReloadAndReport(t *testing.T) {
 		}
 		return nil
 	})
+
+	// Each agent's metrics endpoint: PostgreSQL's statistics, read as the monitoring role.
+	pgtest.Eventually(t, "metrics of the primary and the standby", func() error {
+		for r, want := range map[*pgtest.RunningAgent][]string{
+			primary: {"pgpilot_is_primary 1", `pgpilot_replication_streaming{application_name="db-1"} 1`},
+			standby: {"pgpilot_is_primary 0", "pgpilot_wal_receiver_up 1"},
+		} {
+			code, body, err := get(r.MetricsURL, "")
+			if err != nil || code != http.StatusOK {
+				return fmt.Errorf("%s: %d (%v)", r.MetricsURL, code, err)
+			}
+			for _, line := range append(want, "pgpilot_up 1", "pgpilot_volume_free_bytes ", "process_resident_memory_bytes ") {
+				if !strings.Contains(body, "\n"+line) {
+					return fmt.Errorf("%s has no %q", r.MetricsURL, line)
+				}
+			}
+		}
+		return nil
+	})
+	var monitorIsSuperuser, monitorHasPgMonitor bool
+	if err := app.QueryRow(ctx, "SELECT rolsuper, pg_has_role(oid, 'pg_monitor', 'MEMBER') FROM pg_roles WHERE rolname = $1",
+		agentapi.MonitorUser).Scan(&monitorIsSuperuser, &monitorHasPgMonitor); err != nil || monitorIsSuperuser || !monitorHasPgMonitor {
+		t.Errorf("%s: superuser %v, pg_monitor %v (%v), want a pg_monitor member only", agentapi.MonitorUser, monitorIsSuperuser, monitorHasPgMonitor, err)
+	}
 
 	// The operator changes the ConfigMap; the agent notices and reloads.
 	pgtest.WriteConfig(t, primaryInst, pgtest.Cluster(map[string]string{"work_mem": "24MB"}))

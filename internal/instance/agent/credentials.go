@@ -75,6 +75,7 @@ func (a *Agent) roles(c agentapi.Credentials) postgres.Roles {
 		Superuser: agentapi.Superuser, SuperuserPassword: c.SuperuserPassword,
 		ReplicationUser: a.Config.ReplicationUser, ReplicationPassword: c.ReplicationPassword,
 		AppOwner: c.AppUser, AppPassword: c.AppPassword, AppDatabase: a.Config.AppDatabase,
+		MonitorUser: agentapi.MonitorUser,
 	}
 }
 

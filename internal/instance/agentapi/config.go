@@ -16,11 +16,16 @@ import (
 const (
 	DefaultPostgresPort    = 5432
 	DefaultAgentPort       = 8000
+	DefaultMetricsPort     = 9187
 	DefaultReplicationUser = "streaming_replica"
 )
 
 // Superuser is the PostgreSQL superuser initdb creates.
 const Superuser = "postgres"
+
+// MonitorUser is the role the agent's metrics exporter reads statistics as: pg_monitor's
+// privileges, no password (the agent's OS user logs in as it over the socket), no superuser.
+const MonitorUser = "pgpilot_monitor"
 
 // Files of the configuration directory (the keys of the cluster's ConfigMap).
 const (
@@ -52,6 +57,8 @@ type Config struct {
 	PostgresPort int
 	// AgentPort serves the probes and the operator's API.
 	AgentPort int
+	// MetricsPort serves PostgreSQL's metrics for Prometheus (/metrics).
+	MetricsPort int
 	// AppDatabase is created on the primary, owned by Credentials.AppUser.
 	AppDatabase string
 	// ReplicationUser is the role standbys stream as.
@@ -77,6 +84,9 @@ func (c *Config) HBAConfPath() string        { return filepath.Join(c.ConfigDir,
 
 // ListenAddress is where the agent serves its API in the pod.
 func (c *Config) ListenAddress() string { return ":" + strconv.Itoa(c.AgentPort) }
+
+// MetricsListenAddress is where the agent serves its metrics in the pod.
+func (c *Config) MetricsListenAddress() string { return ":" + strconv.Itoa(c.MetricsPort) }
 
 // variable is one environment variable and the Config field it carries; the writer and the
 // reader walk the same table, so a name or a default exists once.
@@ -104,6 +114,7 @@ var variables = []variable{
 	{name: "PGPILOT_CREDENTIALS_DIR", required: true, field: text(func(c *Config) *string { return &c.CredentialsDir })},
 	{name: "PGPILOT_PORT", fallback: strconv.Itoa(DefaultPostgresPort), field: number(func(c *Config) *int { return &c.PostgresPort })},
 	{name: "PGPILOT_AGENT_PORT", fallback: strconv.Itoa(DefaultAgentPort), field: number(func(c *Config) *int { return &c.AgentPort })},
+	{name: "PGPILOT_METRICS_PORT", fallback: strconv.Itoa(DefaultMetricsPort), field: number(func(c *Config) *int { return &c.MetricsPort })},
 	{name: "PGPILOT_REPLICATION_USER", fallback: DefaultReplicationUser, field: text(func(c *Config) *string { return &c.ReplicationUser })},
 	{name: "PGPILOT_PG_BINDIR", field: text(func(c *Config) *string { return &c.BinDir })},
 }

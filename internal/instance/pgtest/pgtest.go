@@ -178,8 +178,10 @@ func (w logWriter) Write(p []byte) (int, error) {
 // RunningAgent is an instance agent running in this process over a real PostgreSQL server.
 type RunningAgent struct {
 	// URL of its API, http://127.0.0.1:<port>.
-	URL      string
-	Instance *postgres.Instance
+	URL string
+	// MetricsURL is its metrics endpoint.
+	MetricsURL string
+	Instance   *postgres.Instance
 	// Config is what the agent runs with (its credentials directory, for SetCredentials).
 	Config agentapi.Config
 	done   chan error
@@ -228,7 +230,7 @@ func SetCredentials(t TB, cfg agentapi.Config, creds agentapi.Credentials) {
 func StartAgent(t TB, cfg agentapi.Config, inst *postgres.Instance, leases agent.LeaseStore, tune ...func(*agent.Options)) *RunningAgent {
 	t.Helper()
 	options := agent.Options{ListenAddress: fmt.Sprintf("127.0.0.1:%d", FreePort(t)),
-		ShutdownGrace: 10 * time.Second, ConfigInterval: 200 * time.Millisecond, CloneRetry: 200 * time.Millisecond}
+		MetricsListenAddress: fmt.Sprintf("127.0.0.1:%d", FreePort(t)), ShutdownGrace: 10 * time.Second, ConfigInterval: 200 * time.Millisecond, CloneRetry: 200 * time.Millisecond}
 	for _, f := range tune {
 		f(&options)
 	}
@@ -236,7 +238,7 @@ func StartAgent(t TB, cfg agentapi.Config, inst *postgres.Instance, leases agent
 		t.Logf("[agent %s] %s %s", cfg.PodName, prefix, args)
 	}, funcr.Options{})}
 	ctx, cancel := context.WithCancel(context.Background())
-	r := &RunningAgent{URL: "http://" + options.ListenAddress, Instance: inst, Config: cfg, done: make(chan error, 1), stop: cancel}
+	r := &RunningAgent{URL: "http://" + options.ListenAddress, MetricsURL: "http://" + options.MetricsListenAddress + "/metrics", Instance: inst, Config: cfg, done: make(chan error, 1), stop: cancel}
 	go func() { r.done <- a.Run(ctx) }()
 	t.Cleanup(func() { _ = r.Stop() })
 	return r

@@ -16,6 +16,8 @@ type Roles struct {
 	Superuser, SuperuserPassword         string
 	ReplicationUser, ReplicationPassword string
 	AppOwner, AppPassword, AppDatabase   string
+	// MonitorUser, when set, is a login role with pg_monitor's privileges and no password.
+	MonitorUser string
 }
 
 // EnsureRoles creates the replication and application roles and the application database, and
@@ -43,6 +45,9 @@ func EnsureRoles(ctx context.Context, conn *pgx.Conn, r Roles) error {
 			return fmt.Errorf("%s role %s: %w", verb, role.name, err)
 		}
 	}
+	if err := ensureMonitorRole(ctx, conn, r.MonitorUser); err != nil {
+		return err
+	}
 	var exists bool
 	if err := conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)`, r.AppDatabase).Scan(&exists); err != nil {
 		return fmt.Errorf("look up database %s: %w", r.AppDatabase, err)
@@ -52,6 +57,28 @@ func EnsureRoles(ctx context.Context, conn *pgx.Conn, r Roles) error {
 		if _, err := conn.Exec(ctx, stmt); err != nil {
 			return fmt.Errorf("create database %s: %w", r.AppDatabase, err)
 		}
+	}
+	return nil
+}
+
+// ensureMonitorRole creates the metrics exporter's role: it logs in (over the socket, by peer
+// authentication) and reads statistics through pg_monitor, and can do nothing else.
+func ensureMonitorRole(ctx context.Context, conn *pgx.Conn, name string) error {
+	if name == "" {
+		return nil
+	}
+	role := pgx.Identifier{name}.Sanitize()
+	var exists bool
+	if err := conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = $1)`, name).Scan(&exists); err != nil {
+		return fmt.Errorf("look up role %s: %w", name, err)
+	}
+	if !exists {
+		if _, err := conn.Exec(ctx, "CREATE ROLE "+role+" WITH LOGIN"); err != nil {
+			return fmt.Errorf("create role %s: %w", name, err)
+		}
+	}
+	if _, err := conn.Exec(ctx, "GRANT pg_monitor TO "+role); err != nil {
+		return fmt.Errorf("grant pg_monitor to %s: %w", name, err)
 	}
 	return nil
 }

@@ -1,0 +1,66 @@
+package agent
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/pgpilot/pgpilot-operator/internal/instance/agentapi"
+	"github.com/pgpilot/pgpilot-operator/internal/instance/exporter"
+	"github.com/pgpilot/pgpilot-operator/internal/instance/postgres"
+)
+
+// serveMetrics serves /metrics for Prometheus: PostgreSQL's statistics read as the monitoring
+// role, the data volume's space, and the agent process's own. It returns the listener's
+// address and a function that stops it all.
+func (a *Agent) serveMetrics() (string, func(), error) {
+	e := exporter.New(func(ctx context.Context) (*pgx.Conn, error) {
+		return postgres.ConnectLocal(ctx, a.Instance.SocketDir, a.Instance.Port, agentapi.MonitorUser, "postgres")
+	}, a.Log.WithName("metrics"))
+	registry := prometheus.NewRegistry()
+	registry.MustRegister(e, volumeCollector{dir: a.Config.DataDir},
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(registry, promhttp.HandlerOpts{
+		ErrorHandling: promhttp.ContinueOnError, MaxRequestsInFlight: 2, Timeout: 10 * time.Second}))
+	address := cmp.Or(a.Options.MetricsListenAddress, a.Config.MetricsListenAddress())
+	listener, err := net.Listen("tcp", address)
+	if err != nil {
+		return "", nil, fmt.Errorf("listen %s: %w", address, err)
+	}
+	server := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = server.Serve(listener) }()
+	return listener.Addr().String(), func() { _ = server.Close(); e.Close() }, nil
+}
+
+var (
+	volumeFreeDesc = prometheus.NewDesc("pgpilot_volume_free_bytes",
+		"Bytes left for PostgreSQL on the data volume (pg_wal grows into them while archiving fails).", nil, nil)
+	volumeSizeDesc = prometheus.NewDesc("pgpilot_volume_size_bytes", "Size of the data volume.", nil, nil)
+)
+
+// volumeCollector reports the space of the file system holding dir.
+type volumeCollector struct{ dir string }
+
+func (v volumeCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- volumeFreeDesc
+	ch <- volumeSizeDesc
+}
+
+func (v volumeCollector) Collect(ch chan<- prometheus.Metric) {
+	var fs syscall.Statfs_t
+	if err := syscall.Statfs(v.dir, &fs); err != nil {
+		return
+	}
+	ch <- prometheus.MustNewConstMetric(volumeFreeDesc, prometheus.GaugeValue, float64(fs.Bavail)*float64(fs.Bsize))
+	ch <- prometheus.MustNewConstMetric(volumeSizeDesc, prometheus.GaugeValue, float64(fs.Blocks)*float64(fs.Bsize))
+}
