@@ -4,6 +4,7 @@ import (
 	"context"
 	"net"
 	"strconv"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 
@@ -31,9 +32,43 @@ func AgentAddress(pod *corev1.Pod) string {
 
 func (r *PostgresClusterReconciler) agents() AgentClient {
 	if r.Agents != nil {
-		return r.Agents
+		return measuredAgents{r.Agents}
 	}
-	return agentapi.HTTPClient{}
+	return measuredAgents{agentapi.HTTPClient{}}
+}
+
+// measuredAgents records each request's outcome and latency (pgpilot_agent_requests_total,
+// pgpilot_agent_request_duration_seconds).
+type measuredAgents struct{ inner AgentClient }
+
+func (m measuredAgents) Status(ctx context.Context, e agentapi.Endpoint) (status *agentapi.Status, err error) {
+	defer func(start time.Time) { recordAgentCall("status", start, err) }(time.Now())
+	return m.inner.Status(ctx, e)
+}
+
+func (m measuredAgents) DropSlots(ctx context.Context, e agentapi.Endpoint, slots []string) (dropped []string, err error) {
+	defer func(start time.Time) { recordAgentCall("dropslots", start, err) }(time.Now())
+	return m.inner.DropSlots(ctx, e, slots)
+}
+
+func (m measuredAgents) Restart(ctx context.Context, e agentapi.Endpoint) (err error) {
+	defer func(start time.Time) { recordAgentCall("restart", start, err) }(time.Now())
+	return m.inner.Restart(ctx, e)
+}
+
+func (m measuredAgents) Promote(ctx context.Context, e agentapi.Endpoint, slots []string) (answer *agentapi.PromoteResponse, err error) {
+	defer func(start time.Time) { recordAgentCall("promote", start, err) }(time.Now())
+	return m.inner.Promote(ctx, e, slots)
+}
+
+func (m measuredAgents) Demote(ctx context.Context, e agentapi.Endpoint) (answer *agentapi.DemoteResponse, err error) {
+	defer func(start time.Time) { recordAgentCall("demote", start, err) }(time.Now())
+	return m.inner.Demote(ctx, e)
+}
+
+func (m measuredAgents) Fence(ctx context.Context, e agentapi.Endpoint) (status *agentapi.Status, err error) {
+	defer func(start time.Time) { recordAgentCall("fence", start, err) }(time.Now())
+	return m.inner.Fence(ctx, e)
 }
 
 func (r *PostgresClusterReconciler) agentAddress(pod *corev1.Pod) string {

@@ -213,9 +213,22 @@ func (r *BackupReconciler) endpoint(ctx context.Context, cluster *pgv1.PostgresC
 
 func (r *BackupReconciler) agents() BackupAgents {
 	if r.Agents != nil {
-		return r.Agents
+		return measuredBackupAgents{r.Agents}
 	}
-	return agentapi.HTTPClient{}
+	return measuredBackupAgents{agentapi.HTTPClient{}}
+}
+
+// measuredBackupAgents records each request as measuredAgents does.
+type measuredBackupAgents struct{ inner BackupAgents }
+
+func (m measuredBackupAgents) StartBackup(ctx context.Context, e agentapi.Endpoint, req agentapi.BackupRequest) (result *agentapi.BackupResult, err error) {
+	defer func(start time.Time) { recordAgentCall("startbackup", start, err) }(time.Now())
+	return m.inner.StartBackup(ctx, e, req)
+}
+
+func (m measuredBackupAgents) BackupResult(ctx context.Context, e agentapi.Endpoint, name string) (result *agentapi.BackupResult, err error) {
+	defer func(start time.Time) { recordAgentCall("backupresult", start, err) }(time.Now())
+	return m.inner.BackupResult(ctx, e, name)
 }
 
 // agentBackupName names the backup to the agent: the Backup's name and UID, so that a Backup

@@ -9,8 +9,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -51,13 +49,7 @@ func (f *fakeBackupAgents) BackupResult(_ context.Context, _ agentapi.Endpoint, 
 
 func backupFixture(t *testing.T, archiving metav1.ConditionStatus, withBackup bool) (*BackupReconciler, *fakeBackupAgents, client.Client) {
 	t.Helper()
-	scheme := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(scheme); err != nil {
-		t.Fatal(err)
-	}
-	if err := pgv1.AddToScheme(scheme); err != nil {
-		t.Fatal(err)
-	}
+	withTypes(t)
 	cluster := testCluster(2)
 	cluster.Status.CurrentPrimary = "db-0"
 	if withBackup {

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	appsv1 "k8s.io/api/apps/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -49,6 +50,9 @@ func TestFailoverSteps(t *testing.T) {
 	}
 	primary := &agentapi.Status{Role: agentapi.RolePrimary, Timeline: 1}
 	behind, ahead := replica("0/3000000", "0/3000000", false), replica("0/3000100", "0/3000000", false)
+	failovers := primaryChanges.WithLabelValues(cluster.Namespace, cluster.Name, "failover")
+	promotions := agentRequests.WithLabelValues("promote", "ok")
+	failoversBefore, promotionsBefore := testutil.ToFloat64(failovers), testutil.ToFloat64(promotions)
 
 	if st := reconcile(map[string]*agentapi.Status{"db-0": primary, "db-1": behind, "db-2": ahead}); st != nil {
 		t.Fatalf("a healthy primary: %+v", st)
@@ -74,6 +78,12 @@ func TestFailoverSteps(t *testing.T) {
 	if st := reconcile(map[string]*agentapi.Status{"db-0": fenced, "db-1": behind, "db-2": {Role: agentapi.RolePrimary, Timeline: 2}}); st != nil ||
 		cluster.Status.TargetPrimary != "" || cluster.Status.FailoverReason != "" {
 		t.Fatalf("complete: %+v, target %q", st, cluster.Status.TargetPrimary)
+	}
+	if got := testutil.ToFloat64(failovers) - failoversBefore; got != 1 {
+		t.Errorf("pgpilot_primary_changes_total{kind=failover} grew by %v, want 1", got)
+	}
+	if got := testutil.ToFloat64(promotions) - promotionsBefore; got != 1 {
+		t.Errorf("pgpilot_agent_requests_total{operation=promote,outcome=ok} grew by %v, want 1", got)
 	}
 }
 

@@ -3,6 +3,7 @@ package controller
 import (
 	"fmt"
 	"slices"
+	"testing"
 
 	. "github.com/onsi/gomega"
 	appsv1 "k8s.io/api/apps/v1"
@@ -11,6 +12,7 @@ import (
 	policyv1 "k8s.io/api/policy/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
@@ -152,4 +154,16 @@ func updateCluster(c *pgv1.PostgresCluster, mutate func(*pgv1.PostgresCluster)) 
 		return k8sClient.Update(ctx, out)
 	})).To(Succeed())
 	return out
+}
+
+// withTypes registers Kubernetes' and pgpilot's types in the shared scheme (the envtest suite
+// does it in BeforeSuite) for unit tests that run without it.
+func withTypes(t *testing.T) {
+	t.Helper()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	if err := pgv1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
 }

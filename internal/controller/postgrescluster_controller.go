@@ -155,16 +155,20 @@ func (r *PostgresClusterReconciler) runStages(ctx context.Context, s *scope) (ct
 			stopped, err = refusal, nil
 		}
 		if err != nil {
+			recordStage(st.name, "error")
 			s.failure = &reasonMessage{"ReconcileError", "stage " + st.name + ": " + err.Error()}
 			return ctrl.Result{}, err
 		}
 		if stopped == nil {
+			recordStage(st.name, "ok")
 			continue
 		}
 		if stopped.failed {
+			recordStage(st.name, "invalid")
 			s.failure = &stopped.reasonMessage
 			log.Info("stopped on invalid input", "stage", st.name, "reason", stopped.reason)
 		} else {
+			recordStage(st.name, "waiting")
 			s.waiting = &stopped.reasonMessage
 			log.V(1).Info("waiting", "stage", st.name, "reason", stopped.reason)
 		}

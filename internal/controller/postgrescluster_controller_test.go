@@ -294,7 +294,9 @@ var _ = Describe("CRD validation", func() {
 			g.Expect(k8sClient.Get(ctx, client.ObjectKey{Namespace: namespace, Name: pgbuilder.StatefulSetName(c)}, sts)).To(Succeed())
 			svc := &corev1.Service{}
 			g.Expect(k8sClient.Get(ctx, client.ObjectKey{Namespace: namespace, Name: pgbuilder.HeadlessServiceName(c)}, svc)).To(Succeed())
-			g.Expect(condition(fetch(c), pgv1.ConditionDegraded).Status).To(Equal(metav1.ConditionFalse))
+			degraded := condition(fetch(c), pgv1.ConditionDegraded)
+			g.Expect(degraded).NotTo(BeNil(), "no Degraded condition yet")
+			g.Expect(degraded.Status).To(Equal(metav1.ConditionFalse))
 		}).Should(Succeed())
 	})
 

@@ -34,6 +34,7 @@ func (r *PostgresClusterReconciler) failover(ctx context.Context, s *scope) (*st
 	s.primary = current
 	target := s.targetPrimary
 	if report := s.observed.reports[target]; report != nil && report.Role == agentapi.RolePrimary {
+		recordPrimaryChange(s.cluster, "failover")
 		r.event(s.cluster, s.observed.pod(target), corev1.EventTypeNormal, "FailoverCompleted", "Failover",
 			"%s is the primary on timeline %d; %s was fenced and rejoins as a standby", target, report.Timeline, current)
 		s.targetPrimary, s.failoverReason = "", ""

@@ -36,6 +36,7 @@ func (r *PostgresClusterReconciler) switchover(ctx context.Context, s *scope) (*
 	targetReport := s.observed.reports[target]
 	if targetReport != nil && targetReport.Role == agentapi.RolePrimary {
 		s.targetPrimary, s.switchoverLSN, s.switchoverReason = "", "", ""
+		recordPrimaryChange(s.cluster, "switchover")
 		r.event(s.cluster, s.observed.pod(target), corev1.EventTypeNormal, "SwitchoverCompleted", "Switchover",
 			"%s is the primary on timeline %d; %s follows it", target, targetReport.Timeline, old)
 		return nil, nil // decidePrimary labels it

@@ -9,8 +9,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
@@ -63,13 +61,7 @@ func TestDueTime(t *testing.T) {
 
 func scheduleFixture(t *testing.T, spec pgv1.ScheduledBackupSpec, now *time.Time, objs ...client.Object) (*ScheduledBackupReconciler, client.Client) {
 	t.Helper()
-	scheme := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(scheme); err != nil {
-		t.Fatal(err)
-	}
-	if err := pgv1.AddToScheme(scheme); err != nil {
-		t.Fatal(err)
-	}
+	withTypes(t)
 	sb := &pgv1.ScheduledBackup{ObjectMeta: metav1.ObjectMeta{Name: "nightly", Namespace: "ns", UID: "sb-uid",
 		CreationTimestamp: metav1.NewTime(time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC))}, Spec: spec}
 	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(append(objs, sb)...).
