@@ -81,19 +81,30 @@ func TestNextRestart(t *testing.T) {
 	pending := func(role string) *agentapi.Status {
 		return &agentapi.Status{Role: role, PendingRestart: []string{"shared_buffers"}}
 	}
+	loaded := func(hash string) *agentapi.Status {
+		return &agentapi.Status{Role: agentapi.RoleReplica, Streaming: true, ConfigHash: hash}
+	}
 	tests := []struct {
-		name    string
-		reports map[string]*agentapi.Status
-		want    string
+		name         string
+		reports      map[string]*agentapi.Status
+		want, behind string
 	}{
-		{"nothing pending", map[string]*agentapi.Status{"db-0": primaryReport, "db-1": replicaReport}, ""},
+		{"nothing pending", map[string]*agentapi.Status{"db-0": primaryReport, "db-1": replicaReport}, "", ""},
 		{"replicas by ordinal before the primary",
-			map[string]*agentapi.Status{"db-0": pending(agentapi.RolePrimary), "db-10": pending(agentapi.RoleReplica), "db-2": pending(agentapi.RoleReplica)}, "db-2"},
-		{"the primary last", map[string]*agentapi.Status{"db-0": pending(agentapi.RolePrimary), "db-1": replicaReport}, "db-0"},
+			map[string]*agentapi.Status{"db-0": pending(agentapi.RolePrimary), "db-10": pending(agentapi.RoleReplica), "db-2": pending(agentapi.RoleReplica)}, "db-2", ""},
+		{"the primary last", map[string]*agentapi.Status{"db-0": pending(agentapi.RolePrimary), "db-1": replicaReport}, "db-0", ""},
+		{"the primary last, after the replicas loaded the configuration",
+			map[string]*agentapi.Status{"db-0": pending(agentapi.RolePrimary), "db-1": loaded("new")}, "db-0", ""},
+		{"not the primary while a replica has not loaded the configuration (its kubelet has not projected it yet)",
+			map[string]*agentapi.Status{"db-0": pending(agentapi.RolePrimary), "db-1": loaded("new"), "db-2": loaded("old")}, "", "db-2"},
+		{"a replica behind does not hold back another replica's restart",
+			map[string]*agentapi.Status{"db-0": pending(agentapi.RolePrimary), "db-1": pending(agentapi.RoleReplica), "db-2": loaded("old")}, "db-1", ""},
+		{"a replica behind holds nothing back when the primary has nothing pending",
+			map[string]*agentapi.Status{"db-0": primaryReport, "db-2": loaded("old")}, "", ""},
 	}
 	for _, tt := range tests {
-		if got := nextRestart(tt.reports, "db-0"); got != tt.want {
-			t.Errorf("%s: %q, want %q", tt.name, got, tt.want)
+		if got, behind := nextRestart(tt.reports, "db-0", "new"); got != tt.want || behind != tt.behind {
+			t.Errorf("%s: %q, behind %q, want %q, behind %q", tt.name, got, behind, tt.want, tt.behind)
 		}
 	}
 }

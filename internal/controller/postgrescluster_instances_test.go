@@ -200,6 +200,7 @@ var _ = Describe("Instances with real agents", func() {
 			g.Expect(cm.Data[agentapi.PostgresqlConfFile]).To(ContainSubstring("max_connections = '150'"))
 			for _, a := range []*pgtest.RunningAgent{primary, replica} {
 				g.Expect(os.WriteFile(a.Instance.ConfigFile, []byte(cm.Data[agentapi.PostgresqlConfFile]), 0o644)).To(Succeed())
+				g.Expect(os.WriteFile(a.Instance.Settings["hba_file"], []byte(cm.Data[agentapi.HBAConfFile]), 0o644)).To(Succeed())
 			}
 		}).Should(Succeed())
 

@@ -9,6 +9,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
+	pgbuilder "github.com/pgpilot/pgpilot-operator/internal/builder"
 	"github.com/pgpilot/pgpilot-operator/internal/instance/agentapi"
 )
 
@@ -16,7 +17,10 @@ import (
 // a time, replicas first and the primary last, and only while the cluster is otherwise healthy
 // (the primary writable, every replica streaming), so that a restart never stacks on a problem.
 func (r *PostgresClusterReconciler) restartPending(ctx context.Context, s *scope) (*stop, error) {
-	target := nextRestart(s.observed.reports, s.primary)
+	target, behind := nextRestart(s.observed.reports, s.primary, desiredConfigHash(s))
+	if behind != "" {
+		return waitFor("RestartWaiting", fmt.Sprintf("the primary restarts last, once %s has loaded the new configuration", behind)), nil
+	}
 	if target == "" {
 		return nil, nil
 	}
@@ -40,25 +44,40 @@ func (r *PostgresClusterReconciler) restartPending(ctx context.Context, s *scope
 }
 
 // nextRestart is the instance to restart for settings pending a restart: the first replica by
-// ordinal, the primary once no replica waits, "" when none waits.
-func nextRestart(reports map[string]*agentapi.Status, primary string) string {
-	var replicas []string
+// ordinal, the primary once no replica waits, "" when none waits. The kubelet projects a
+// ConfigMap change into each pod at its own time: while a replica has not loaded the desired
+// configuration yet, it may be about to need a restart too, so the primary waits for it
+// (behind names it). Agents that do not report a hash are taken as up to date.
+func nextRestart(reports map[string]*agentapi.Status, primary, desiredHash string) (target, behind string) {
+	var replicas, stale []string
 	primaryPending := false
 	for name, report := range reports {
 		switch {
-		case len(report.PendingRestart) == 0:
 		case name == primary:
-			primaryPending = true
-		case report.Role == agentapi.RoleReplica:
+			primaryPending = len(report.PendingRestart) > 0
+		case report.Role != agentapi.RoleReplica:
+		case len(report.PendingRestart) > 0:
 			replicas = append(replicas, name)
+		case report.ConfigHash != "" && report.ConfigHash != desiredHash:
+			stale = append(stale, name)
 		}
 	}
 	if len(replicas) > 0 {
 		slices.SortFunc(replicas, compareNames)
-		return replicas[0]
+		return replicas[0], ""
 	}
-	if primaryPending {
-		return primary
+	if !primaryPending {
+		return "", ""
 	}
-	return ""
+	if len(stale) > 0 {
+		slices.SortFunc(stale, compareNames)
+		return "", stale[0]
+	}
+	return primary, ""
+}
+
+// desiredConfigHash is the ConfigHash of the configuration files the cluster's ConfigMap holds.
+func desiredConfigHash(s *scope) string {
+	data := pgbuilder.BuildConfigMap(s.cluster).Data
+	return agentapi.ConfigHash([]byte(data[agentapi.PostgresqlConfFile]), []byte(data[agentapi.HBAConfFile]))
 }

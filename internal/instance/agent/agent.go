@@ -3,7 +3,6 @@ package agent
 import (
 	"cmp"
 	"context"
-	"crypto/sha256"
 	"errors"
 	"fmt"
 	"net"
@@ -12,6 +11,7 @@ import (
 	"os/user"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -82,6 +82,8 @@ type Agent struct {
 	Log      logr.Logger
 	// restartMu makes restarts one at a time.
 	restartMu sync.Mutex
+	// loadedConfig is the configHash the server last loaded (started or reloaded with).
+	loadedConfig atomic.Pointer[string]
 	// Leases reads and renews the cluster's primary Lease (fencing.go).
 	Leases      LeaseStore
 	keeperOnce  sync.Once
@@ -151,6 +153,7 @@ func (a *Agent) supervise(ctx context.Context) error {
 	ticker := time.NewTicker(time.Second)
 	defer ticker.Stop()
 	lastConfig, lastConfigCheck := a.configHash(), time.Now()
+	a.loadedConfig.Store(&lastConfig)
 	for {
 		var exited <-chan struct{}
 		if a.fenced() == nil {
@@ -187,6 +190,7 @@ func (a *Agent) supervise(ctx context.Context) error {
 					continue
 				}
 				lastConfig = hash
+				a.loadedConfig.Store(&hash)
 			}
 		}
 	}
@@ -274,16 +278,11 @@ func (a *Agent) connect(ctx context.Context) (*pgx.Conn, error) {
 	return postgres.ConnectLocal(ctx, a.Instance.SocketDir, a.Instance.Port, agentapi.Superuser, "postgres")
 }
 
-func (a *Agent) configHash() [32]byte {
-	h := sha256.New()
-	for _, f := range []string{a.Config.PostgresqlConfPath(), a.Config.HBAConfPath()} {
-		data, _ := os.ReadFile(f)
-		h.Write(data)
-		h.Write([]byte{0})
-	}
-	var sum [32]byte
-	copy(sum[:], h.Sum(nil))
-	return sum
+// configHash identifies the configuration files as they are now.
+func (a *Agent) configHash() string {
+	conf, _ := os.ReadFile(a.Config.PostgresqlConfPath())
+	hba, _ := os.ReadFile(a.Config.HBAConfPath())
+	return agentapi.ConfigHash(conf, hba)
 }
 
 // Alive, Ready and Status answer the API (Checks). A fenced instance is alive: its
@@ -313,6 +312,9 @@ func (a *Agent) Status(ctx context.Context) (*agentapi.Status, error) {
 		return nil, err
 	}
 	status.Rejoined, status.LeaseTransitions = a.lastRejoin(), a.keeper().Current().Transitions
+	if loaded := a.loadedConfig.Load(); loaded != nil {
+		status.ConfigHash = *loaded
+	}
 	if status.Role == agentapi.RolePrimary {
 		if status.Archive, err = a.archiveStatus(ctx, conn); err != nil {
 			return nil, err

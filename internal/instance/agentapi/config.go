@@ -5,6 +5,8 @@
 package agentapi
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"path/filepath"
 	"strconv"
@@ -84,6 +86,18 @@ func (c *Config) HBAConfPath() string        { return filepath.Join(c.ConfigDir,
 
 // ListenAddress is where the agent serves its API in the pod.
 func (c *Config) ListenAddress() string { return ":" + strconv.Itoa(c.AgentPort) }
+
+// ConfigHash identifies a configuration: the SHA-256 of postgresql.conf and pg_hba.conf. An
+// agent reports the one its server last loaded, which the operator compares with its ConfigMap's
+// to tell an instance that has not seen a change yet from one that applied it.
+func ConfigHash(postgresqlConf, hbaConf []byte) string {
+	h := sha256.New()
+	for _, data := range [][]byte{postgresqlConf, hbaConf} {
+		h.Write(data)
+		h.Write([]byte{0})
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}
 
 // MetricsListenAddress is where the agent serves its metrics in the pod.
 func (c *Config) MetricsListenAddress() string { return ":" + strconv.Itoa(c.MetricsPort) }

@@ -88,6 +88,9 @@ type Status struct {
 	Streaming bool `json:"streaming"`
 	// PendingRestart lists settings changed in the files that take effect only on a restart.
 	PendingRestart []string `json:"pendingRestart,omitempty"`
+	// ConfigHash identifies the configuration files the server last loaded (ConfigHash); empty
+	// from an agent older than this field.
+	ConfigHash string `json:"configHash,omitempty"`
 	// Replicas is, on a primary, every standby connected for streaming replication.
 	Replicas []ReplicaStatus `json:"replicas,omitempty"`
 	// Slots are the physical replication slots, which keep WAL for their standbys.
