@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # The Debian packages `make test` needs on the host, installed when missing: PostgreSQL 15's
 # server binaries and pgBackRest (the instance agent's tests run real servers), shellcheck
-# (make lint-shell). No service is started and no default PostgreSQL cluster is created: the
-# tests start their own servers on loopback, and nothing may be left running.
+# (make lint-shell), prometheus for its promtool (the alert rules' unit tests). No service is
+# started and no default PostgreSQL cluster is created: the tests start their own servers on
+# loopback, and nothing may be left running.
 set -euo pipefail
 
-PACKAGES=(postgresql-15 pgbackrest shellcheck)
+PACKAGES=(postgresql-15 pgbackrest shellcheck prometheus)
 
 missing=()
 for pkg in "${PACKAGES[@]}"; do

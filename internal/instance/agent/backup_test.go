@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -59,6 +60,16 @@ func TestAgentArchivesBacksUpAndRecoversToATime(t *testing.T) {
 		}
 		return nil
 	})
+	code, metrics, err := get(source.MetricsURL, "")
+	if err != nil || code != http.StatusOK {
+		t.Fatalf("metrics: %d (%v)", code, err)
+	}
+	for _, line := range []string{"pgpilot_backups 1", "pgpilot_backup_last_completion_timestamp_seconds " + strconv.FormatFloat(float64(full.Backup.Stop), 'g', -1, 64),
+		"pgpilot_archive_enabled 1", "pgpilot_archive_failing 0"} {
+		if !strings.Contains(metrics, "\n"+line) {
+			t.Errorf("metrics have no %q", line)
+		}
+	}
 	if err := source.Stop(); err != nil {
 		t.Fatal(err)
 	}

@@ -27,7 +27,7 @@ func (a *Agent) serveMetrics() (string, func(), error) {
 		return postgres.ConnectLocal(ctx, a.Instance.SocketDir, a.Instance.Port, agentapi.MonitorUser, "postgres")
 	}, a.Log.WithName("metrics"))
 	registry := prometheus.NewRegistry()
-	registry.MustRegister(e, volumeCollector{dir: a.Config.DataDir},
+	registry.MustRegister(e, volumeCollector{dir: a.Config.DataDir}, backupCollector{a},
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(registry, promhttp.HandlerOpts{
@@ -63,4 +63,31 @@ func (v volumeCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	ch <- prometheus.MustNewConstMetric(volumeFreeDesc, prometheus.GaugeValue, float64(fs.Bavail)*float64(fs.Bsize))
 	ch <- prometheus.MustNewConstMetric(volumeSizeDesc, prometheus.GaugeValue, float64(fs.Blocks)*float64(fs.Bsize))
+}
+
+var (
+	lastBackupDesc = prometheus.NewDesc("pgpilot_backup_last_completion_timestamp_seconds",
+		"When the latest backup in the repository completed (on the primary, with spec.backup).", nil, nil)
+	backupsDesc = prometheus.NewDesc("pgpilot_backups", "Backups in the repository (on the primary, with spec.backup).", nil, nil)
+)
+
+// backupCollector reports the repository's backups as the primary last read them.
+type backupCollector struct{ a *Agent }
+
+func (b backupCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- lastBackupDesc
+	ch <- backupsDesc
+}
+
+func (b backupCollector) Collect(ch chan<- prometheus.Metric) {
+	r := &b.a.repository
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.stanzaFor == nil || !b.a.Instance.Running() || !b.a.isPrimary() {
+		return
+	}
+	ch <- prometheus.MustNewConstMetric(backupsDesc, prometheus.GaugeValue, float64(len(r.backups)))
+	if n := len(r.backups); n > 0 {
+		ch <- prometheus.MustNewConstMetric(lastBackupDesc, prometheus.GaugeValue, float64(r.backups[n-1].Stop))
+	}
 }
