@@ -113,10 +113,11 @@ test: host-packages manifests generate fmt vet lint-shell fuzz-short envtest ver
 BACKUP_BENCH_MIB ?= 1024
 
 .PHONY: bench
-bench: manifests envtest host-packages versitygw ## Measure API load, CPU and cache memory (fail when test/bench/budgets.yaml is exceeded), then backup, restore and archiving throughput.
+bench: manifests envtest host-packages versitygw ## Measure API load, CPU and cache memory (fail when test/bench/budgets.yaml is exceeded), then backup, restore and archiving throughput, and the cost of a metrics scrape.
 	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" go run ./test/bench $(BENCH_FLAGS)
 	PGPILOT_VERSITYGW="$(VERSITYGW)" go test -run '^$$' -bench BackupAndRestore -benchtime 1x -timeout 40m \
 		./internal/instance/pgbackrest/ -args -backup-bench-mib=$(BACKUP_BENCH_MIB)
+	go test -run '^$$' -bench Scrape -benchtime 500x -benchmem ./internal/instance/exporter/
 
 .PHONY: demo-envtest
 demo-envtest: manifests envtest ## The operator against a bare control plane (no kubelet, no root): children and conditions only.
