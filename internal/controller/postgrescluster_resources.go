@@ -12,12 +12,15 @@ import (
 
 	"github.com/pgpilot/pgpilot-operator/internal/apply"
 	pgbuilder "github.com/pgpilot/pgpilot-operator/internal/builder"
+	"github.com/pgpilot/pgpilot-operator/internal/instance/agentapi"
 )
 
 // +kubebuilder:rbac:groups="",resources=configmaps,verbs=get;list;watch;create;patch
 
 func (r *PostgresClusterReconciler) ensureConfigMap(ctx context.Context, s *scope) (*stop, error) {
-	return nil, ensureOwned(ctx, r, s, pgbuilder.BuildConfigMap(s.cluster), &corev1.ConfigMap{})
+	desired := pgbuilder.BuildConfigMap(s.cluster)
+	s.configHash = agentapi.ConfigHash([]byte(desired.Data[agentapi.PostgresqlConfFile]), []byte(desired.Data[agentapi.HBAConfFile]))
+	return nil, ensureOwned(ctx, r, s, desired, &corev1.ConfigMap{})
 }
 
 // +kubebuilder:rbac:groups=apps,resources=statefulsets,verbs=get;list;watch;create;patch;delete

@@ -9,7 +9,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
-	pgbuilder "github.com/pgpilot/pgpilot-operator/internal/builder"
 	"github.com/pgpilot/pgpilot-operator/internal/instance/agentapi"
 )
 
@@ -17,7 +16,7 @@ import (
 // a time, replicas first and the primary last, and only while the cluster is otherwise healthy
 // (the primary writable, every replica streaming), so that a restart never stacks on a problem.
 func (r *PostgresClusterReconciler) restartPending(ctx context.Context, s *scope) (*stop, error) {
-	target, behind := nextRestart(s.observed.reports, s.primary, desiredConfigHash(s))
+	target, behind := nextRestart(s.observed.reports, s.primary, s.configHash)
 	if behind != "" {
 		return waitFor("RestartWaiting", fmt.Sprintf("the primary restarts last, once %s has loaded the new configuration", behind)), nil
 	}
@@ -74,10 +73,4 @@ func nextRestart(reports map[string]*agentapi.Status, primary, desiredHash strin
 		return "", stale[0]
 	}
 	return primary, ""
-}
-
-// desiredConfigHash is the ConfigHash of the configuration files the cluster's ConfigMap holds.
-func desiredConfigHash(s *scope) string {
-	data := pgbuilder.BuildConfigMap(s.cluster).Data
-	return agentapi.ConfigHash([]byte(data[agentapi.PostgresqlConfFile]), []byte(data[agentapi.HBAConfFile]))
 }

@@ -24,6 +24,9 @@ type scope struct {
 	credentialsVersions  map[string]string
 	credentialsAnnounced bool
 	observed             *observed
+	// configHash identifies the configuration files of the ConfigMap as ensured
+	// (agentapi.ConfigHash), which the agents report once they loaded them.
+	configHash string
 	// primary is the instance decided to be primary, "" before there is one.
 	primary string
 	// targetPrimary and switchoverLSN are a running switchover's state, as the status has it

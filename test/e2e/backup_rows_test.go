@@ -9,11 +9,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	. "github.com/onsi/gomega"
-	corev1 "k8s.io/api/core/v1"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	pgv1 "github.com/pgpilot/pgpilot-operator/api/v1alpha1"
-	"github.com/pgpilot/pgpilot-operator/internal/instance/postgres"
 )
 
 // rowBatchSize rows make one batch.
@@ -76,13 +73,7 @@ func (r *rowBatches) query(ctx context.Context, cluster *pgv1.PostgresCluster, s
 // connectSuperuser connects to cluster's primary through its -rw Service as the superuser,
 // retrying while the Service has no ready endpoint yet.
 func connectSuperuser(ctx context.Context, cluster *pgv1.PostgresCluster) *pgx.Conn {
-	svc := &corev1.Service{}
-	Expect(k8s.Get(ctx, client.ObjectKey{Namespace: cluster.Namespace, Name: cluster.Name + "-rw"}, svc)).To(Succeed())
-	secret := &corev1.Secret{}
-	Expect(k8s.Get(ctx, client.ObjectKey{Namespace: cluster.Namespace, Name: cluster.Name + "-superuser"}, secret)).To(Succeed())
-	connInfo := postgres.ConnInfo("host", svc.Spec.ClusterIP, "port", "5432", "dbname", "postgres",
-		"user", string(secret.Data[corev1.BasicAuthUsernameKey]), "password", string(secret.Data[corev1.BasicAuthPasswordKey]),
-		"connect_timeout", "3")
+	connInfo := rwConnInfo(ctx, cluster, "superuser", "postgres")
 	var conn *pgx.Conn
 	Eventually(func(ctx context.Context) (err error) {
 		conn, err = pgx.Connect(ctx, connInfo)

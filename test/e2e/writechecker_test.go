@@ -37,16 +37,10 @@ type writeChecker struct {
 }
 
 func startWriteChecker(ctx context.Context, cluster *pgv1.PostgresCluster) *writeChecker {
-	svc := &corev1.Service{}
-	Expect(k8s.Get(ctx, client.ObjectKey{Namespace: cluster.Namespace, Name: cluster.Name + "-rw"}, svc)).To(Succeed())
-	secret := &corev1.Secret{}
-	Expect(k8s.Get(ctx, client.ObjectKey{Namespace: cluster.Namespace, Name: cluster.Name + "-app"}, secret)).To(Succeed())
 	w := &writeChecker{
-		connInfo: postgres.ConnInfo("host", svc.Spec.ClusterIP, "port", "5432", "dbname", "app",
-			"user", string(secret.Data[corev1.BasicAuthUsernameKey]), "password", string(secret.Data[corev1.BasicAuthPasswordKey]),
-			"connect_timeout", "2"),
-		table: fmt.Sprintf("write_checker_%d", time.Now().UnixNano()),
-		stop:  make(chan struct{}), done: make(chan struct{}),
+		connInfo: rwConnInfo(ctx, cluster, "app", "app"),
+		table:    fmt.Sprintf("write_checker_%d", time.Now().UnixNano()),
+		stop:     make(chan struct{}), done: make(chan struct{}),
 	}
 	Eventually(func() error {
 		conn, err := w.connect(ctx)
@@ -124,6 +118,18 @@ type writeReport struct {
 func (r writeReport) String() string {
 	return fmt.Sprintf("%d writes acknowledged, %d failed, %d acknowledged but lost; longest time without an acknowledged write %s",
 		r.Acknowledged, r.Failed, r.Lost, r.LongestGap.Round(100*time.Millisecond))
+}
+
+// rwConnInfo reaches cluster's primary through the ClusterIP of its -rw Service, as the login
+// of its basic-auth Secret <cluster>-<login>, into database.
+func rwConnInfo(ctx context.Context, cluster *pgv1.PostgresCluster, login, database string) string {
+	svc := &corev1.Service{}
+	Expect(k8s.Get(ctx, client.ObjectKey{Namespace: cluster.Namespace, Name: cluster.Name + "-rw"}, svc)).To(Succeed())
+	secret := &corev1.Secret{}
+	Expect(k8s.Get(ctx, client.ObjectKey{Namespace: cluster.Namespace, Name: cluster.Name + "-" + login}, secret)).To(Succeed())
+	return postgres.ConnInfo("host", svc.Spec.ClusterIP, "port", "5432", "dbname", database,
+		"user", string(secret.Data[corev1.BasicAuthUsernameKey]), "password", string(secret.Data[corev1.BasicAuthPasswordKey]),
+		"connect_timeout", "2")
 }
 
 // stopAndVerify stops writing and counts the acknowledged rows missing from the primary.

@@ -149,32 +149,6 @@ func measureArchiveLag(b *testing.B, conn, writer *pgx.Conn, segments int) {
 	b.ReportMetric(lags[len(lags)-1].Seconds(), "archive-lag-max-s")
 }
 
-func switchWAL(b *testing.B, conn *pgx.Conn) string {
-	var segment string
-	if err := conn.QueryRow(context.Background(), "SELECT pg_walfile_name(pg_switch_wal())").Scan(&segment); err != nil {
-		b.Fatal(err)
-	}
-	return segment
-}
-
-// waitForArchived polls pg_stat_archiver until segment (or a later one) was archived.
-func waitForArchived(b *testing.B, conn *pgx.Conn, segment string, timeout time.Duration) {
-	deadline := time.Now().Add(timeout)
-	for {
-		var last string
-		if err := conn.QueryRow(context.Background(), "SELECT coalesce(last_archived_wal, '') FROM pg_stat_archiver").Scan(&last); err != nil {
-			b.Fatal(err)
-		}
-		if last >= segment {
-			return
-		}
-		if time.Now().After(deadline) {
-			b.Fatalf("segment %s not archived after %s (last archived %q)", segment, timeout, last)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 func mbPerSecond(bytes int64, d time.Duration) float64 { return float64(bytes) / 1e6 / d.Seconds() }
 
 // quietTB keeps the servers' and pgBackRest's logs (a benchmark prints every Logf) and prints

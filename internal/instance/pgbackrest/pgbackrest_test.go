@@ -182,9 +182,7 @@ func TestArchivingSurvivesARepositoryOutage(t *testing.T) {
 	var outageSegment string
 	for batch := 1; batch <= 3; batch++ {
 		batches.Insert(batch)
-		if err := conn.QueryRow(ctx, "SELECT pg_walfile_name(pg_switch_wal())").Scan(&outageSegment); err != nil {
-			t.Fatal(err)
-		}
+		outageSegment = switchWAL(t, conn)
 	}
 	pgtest.Eventually(t, "archiving fails while the repository is down", func() error {
 		var failed int
@@ -196,13 +194,8 @@ func TestArchivingSurvivesARepositoryOutage(t *testing.T) {
 	batches.Insert(4) // the primary still takes writes
 
 	s3.Start(t)
-	pgtest.Eventually(t, "every segment of the outage is archived once the repository is back", func() error {
-		var last string
-		if err := conn.QueryRow(ctx, "SELECT coalesce(last_archived_wal, '') FROM pg_stat_archiver").Scan(&last); err != nil || last < outageSegment {
-			return fmt.Errorf("last archived %q, want %s (%v)", last, outageSegment, err)
-		}
-		return nil
-	})
+	// Every segment of the outage is archived once the repository is back.
+	waitForArchived(t, conn, outageSegment, time.Minute)
 	info, err := runner.Info(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -249,4 +242,33 @@ func segmentNumber(t *testing.T, name string) uint64 {
 		t.Fatalf("segment name %q", name)
 	}
 	return log<<8 | seg
+}
+
+// switchWAL closes the current WAL segment, so that it is archived now, and returns its name.
+func switchWAL(t testing.TB, conn *pgx.Conn) string {
+	t.Helper()
+	var segment string
+	if err := conn.QueryRow(context.Background(), "SELECT pg_walfile_name(pg_switch_wal())").Scan(&segment); err != nil {
+		t.Fatal(err)
+	}
+	return segment
+}
+
+// waitForArchived polls pg_stat_archiver until segment (or a later one) was archived.
+func waitForArchived(t testing.TB, conn *pgx.Conn, segment string, timeout time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		var last string
+		if err := conn.QueryRow(context.Background(), "SELECT coalesce(last_archived_wal, '') FROM pg_stat_archiver").Scan(&last); err != nil {
+			t.Fatal(err)
+		}
+		if last >= segment {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("segment %s not archived after %s (last archived %q)", segment, timeout, last)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
