@@ -30,6 +30,9 @@ var (
 	cancel    context.CancelFunc
 	cp        *controlplane.ControlPlane
 	k8sClient client.Client
+	// managerCache is what the reconciler reads: a spec that waits for the reconciler to
+	// have seen a change reads it here.
+	managerCache client.Reader
 	scheme    = runtime.NewScheme()
 	writes    = &writeCounter{byNamespace: map[string]int{}}
 )
@@ -66,6 +69,7 @@ var _ = BeforeSuite(func() {
 		HealthProbeBindAddress: "0",
 	})
 	Expect(err).NotTo(HaveOccurred())
+	managerCache = mgr.GetCache()
 	reconciler := &PostgresClusterReconciler{
 		Client:                  countingClient{Client: mgr.GetClient(), writes: writes},
 		APIReader:               mgr.GetAPIReader(),
