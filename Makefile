@@ -88,9 +88,19 @@ print-%: ## Print a variable as the Makefile computes it (tests read IMAGE_TAG_B
 
 ##@ Development
 
+# The Prometheus operator's CRDs that pgpilot manages or ships objects of (test/crds).
+PROMETHEUS_OPERATOR_CRDS = test/crds/prometheus-operator
+
 .PHONY: manifests
 manifests: controller-gen ## Generate WebhookConfiguration, ClusterRole and CustomResourceDefinition objects.
 	$(CONTROLLER_GEN) rbac:roleName=manager-role crd webhook paths="./..." output:crd:artifacts:config=config/crd/bases
+	@# The envtest suites' Prometheus operator CRDs: no module served here holds its CRD manifests,
+	@# so they are made from its API types, at go.mod's version, by the same controller-gen.
+	rm -rf $(PROMETHEUS_OPERATOR_CRDS)/.all
+	$(CONTROLLER_GEN) crd paths=github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring/v1 output:crd:dir=$(PROMETHEUS_OPERATOR_CRDS)/.all
+	for kind in podmonitors servicemonitors prometheusrules; do \
+	  mv $(PROMETHEUS_OPERATOR_CRDS)/.all/monitoring.coreos.com_$$kind.yaml $(PROMETHEUS_OPERATOR_CRDS)/; done
+	rm -rf $(PROMETHEUS_OPERATOR_CRDS)/.all
 
 .PHONY: generate
 generate: controller-gen ## Generate code containing DeepCopy, DeepCopyInto, and DeepCopyObject method implementations.
@@ -105,9 +115,12 @@ vet: ## Run go vet against code.
 	go vet ./...
 
 .PHONY: test
-test: host-packages manifests generate fmt vet lint-shell fuzz-short envtest versitygw operator-sdk opm ## Run every test: shellcheck, a few seconds of every fuzz target, unit, envtest suites, packaging checks, the benchmark budgets, then the e2e specs on the local cluster.
+test: host-packages manifests generate fmt vet lint-shell fuzz-short envtest versitygw operator-sdk opm ## Run every test: shellcheck, a few seconds of every fuzz target, then the e2e specs on the local cluster, with the unit and envtest suites, packaging checks and benchmark budgets (test-unit) running beside its OLM phase.
+	E2E_BESIDE_OLM='$(MAKE) --no-print-directory test-unit' $(MAKE) test-e2e
+
+.PHONY: test-unit
+test-unit: host-packages manifests envtest versitygw operator-sdk opm ## Run the unit and envtest suites, packaging checks and the benchmark budgets (no local cluster).
 	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" PGPILOT_VERSITYGW="$(VERSITYGW)" go test $(GO_TEST_FLAGS) ./... -coverprofile cover.out
-	$(MAKE) test-e2e
 
 # Size of the database BenchmarkBackupAndRestore backs up and restores (MiB).
 BACKUP_BENCH_MIB ?= 1024

@@ -30,6 +30,7 @@ import (
 	// to ensure that exec-entrypoint and run can make use of them.
 	_ "k8s.io/client-go/plugin/pkg/client/auth"
 
+	monitoringv1 "github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
@@ -57,6 +58,7 @@ func init() {
 	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
 
 	utilruntime.Must(postgresv1alpha1.AddToScheme(scheme))
+	utilruntime.Must(monitoringv1.AddToScheme(scheme))
 	// +kubebuilder:scaffold:scheme
 }
 
@@ -166,10 +168,18 @@ func main() {
 	watchNamespaces := controller.ParseWatchNamespaces(os.Getenv("WATCH_NAMESPACE"))
 	setupLog.Info("watching", "namespaces", watchNamespaces)
 
-	mgr, err := ctrl.NewManager(ctrl.GetConfigOrDie(), ctrl.Options{
+	restConfig := ctrl.GetConfigOrDie()
+	podMonitors, err := controller.PodMonitorsServed(restConfig)
+	if err != nil {
+		setupLog.Error(err, "unable to find out whether PodMonitors are served")
+		os.Exit(1)
+	}
+	setupLog.Info("Prometheus operator", "podMonitorsServed", podMonitors)
+
+	mgr, err := ctrl.NewManager(restConfig, ctrl.Options{
 		Scheme:                  scheme,
 		Metrics:                 metricsServerOptions,
-		Cache:                   controller.CacheOptions(watchNamespaces),
+		Cache:                   controller.CacheOptions(watchNamespaces, podMonitors),
 		HealthProbeBindAddress:  probeAddr,
 		LeaderElection:          enableLeaderElection,
 		LeaderElectionID:        "pgpilot-operator.pgpilot.io",
@@ -203,6 +213,7 @@ func main() {
 		AgentImage:              agentImage,
 		MaxConcurrentReconciles: maxConcurrentReconciles,
 		ReconcileTimeout:        reconcileTimeout,
+		PodMonitors:             podMonitors,
 	}).SetupWithManager(mgr); err != nil {
 		setupLog.Error(err, "unable to create controller", "controller", "PostgresCluster")
 		os.Exit(1)

@@ -76,6 +76,11 @@ type PostgresClusterSpec struct {
 	// +optional
 	// +operator-sdk:csv:customresourcedefinitions:type=spec,displayName="Backup",order=9
 	Backup *ClusterBackupSpec `json:"backup,omitempty"`
+
+	// How the instances' metrics are collected.
+	// +optional
+	// +operator-sdk:csv:customresourcedefinitions:type=spec,displayName="Monitoring",order=10
+	Monitoring MonitoringSpec `json:"monitoring,omitempty"`
 }
 
 // PrimaryUpdateMethod is how the primary's outdated pod is replaced.

@@ -3,6 +3,7 @@ package controller
 import (
 	"strings"
 
+	monitoringv1 "github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -17,8 +18,9 @@ import (
 
 // CacheOptions limits the manager's cache to the namespaces it watches and, for the kinds
 // pgpilot owns, to objects it labelled: unrelated Secrets, ConfigMaps and Pods in the cluster
-// cost it no memory.
-func CacheOptions(namespaces []string) cache.Options {
+// cost it no memory. podMonitors adds the Prometheus operator's PodMonitors, where they are
+// served (PodMonitorsServed).
+func CacheOptions(namespaces []string, podMonitors bool) cache.Options {
 	managed := cache.ByObject{Label: labels.SelectorFromSet(labels.Set{pgbuilder.ManagedByLabel: pgbuilder.ManagedByValue})}
 	opts := cache.Options{ByObject: map[client.Object]cache.ByObject{
 		&corev1.Secret{}:                managed,
@@ -32,6 +34,9 @@ func CacheOptions(namespaces []string) cache.Options {
 		&rbacv1.RoleBinding{}:           managed,
 		&coordinationv1.Lease{}:         managed,
 	}}
+	if podMonitors {
+		opts.ByObject[&monitoringv1.PodMonitor{}] = managed
+	}
 	if len(namespaces) > 0 {
 		opts.DefaultNamespaces = map[string]cache.Config{}
 		for _, ns := range namespaces {

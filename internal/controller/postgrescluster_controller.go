@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	monitoringv1 "github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -69,6 +70,9 @@ type PostgresClusterReconciler struct {
 	// RefusalBackoff is how long a cluster whose children the API server refused for good holds
 	// back its writes; zero means defaultRefusalBackoff.
 	RefusalBackoff time.Duration
+	// PodMonitors: the API server serves the Prometheus operator's PodMonitor
+	// (PodMonitorsServed), so clusters may ask for one.
+	PodMonitors bool
 
 	leaseOnce    sync.Once
 	leaseTracker *leaseTracker
@@ -103,6 +107,7 @@ func (r *PostgresClusterReconciler) stages() []stage {
 		{"statefulset", r.ensureStatefulSet},
 		{"services", r.ensureServices},
 		{"poddisruptionbudget", r.ensurePodDisruptionBudget},
+		{"podmonitor", r.ensurePodMonitor},
 		{"observe", r.observe},
 		{"switchover", r.switchover},
 		{"failover", r.failover},
@@ -193,7 +198,11 @@ func (r *PostgresClusterReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if err := mgr.Add(manager.RunnableFunc(r.alarmStaleLeases)); err != nil {
 		return err
 	}
-	return ctrl.NewControllerManagedBy(mgr).
+	b := ctrl.NewControllerManagedBy(mgr)
+	if r.PodMonitors {
+		b = b.Owns(&monitoringv1.PodMonitor{})
+	}
+	return b.
 		// Spec changes, and annotations: the switchover trigger is one.
 		For(&pgv1.PostgresCluster{}, builder.WithPredicates(predicate.Or(
 			predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{}))).

@@ -85,6 +85,8 @@ type summary struct {
 	backupConfigured bool
 	archive          *agentapi.ArchiveStatus
 	backupProblem    *reasonMessage
+	// monitoringProblem: what spec.monitoring asks that cannot be done.
+	monitoringProblem *reasonMessage
 }
 
 func summarize(s *scope) summary {
@@ -107,6 +109,7 @@ func summarize(s *scope) summary {
 		sum.timeline, sum.archive = report.Timeline, report.Archive
 	}
 	sum.backupConfigured, sum.backupProblem = s.cluster.Spec.Backup != nil, s.backupProblem
+	sum.monitoringProblem = s.monitoringProblem
 	// Before there is a primary, the instances are still being created: their agents' answers
 	// would only churn the status.
 	if sum.primary != "" {
@@ -204,6 +207,8 @@ func setDegradedCondition(status *pgv1.PostgresClusterStatus, o summary) {
 	case archivingDegraded(status) != nil:
 		archiving := archivingDegraded(status)
 		c.Status, c.Reason, c.Message = metav1.ConditionTrue, archiving.Reason, "WAL archiving: "+archiving.Message
+	case o.monitoringProblem != nil:
+		c.Status, c.Reason, c.Message = metav1.ConditionTrue, o.monitoringProblem.reason, o.monitoringProblem.message
 	}
 	meta.SetStatusCondition(&status.Conditions, c)
 }

@@ -44,6 +44,8 @@ type scope struct {
 	failure *reasonMessage
 	// backupProblem says what is wrong with the backup repositories' Secrets.
 	backupProblem *reasonMessage
+	// monitoringProblem says why spec.monitoring cannot be honoured.
+	monitoringProblem *reasonMessage
 	// created and updated name the owned objects this reconcile wrote ("Kind name"), for one
 	// Event each instead of one per object.
 	created, updated []string

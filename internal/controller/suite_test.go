@@ -9,6 +9,7 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	monitoringv1 "github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
@@ -33,8 +34,8 @@ var (
 	// managerCache is what the reconciler reads: a spec that waits for the reconciler to
 	// have seen a change reads it here.
 	managerCache client.Reader
-	scheme    = runtime.NewScheme()
-	writes    = &writeCounter{byNamespace: map[string]int{}}
+	scheme       = runtime.NewScheme()
+	writes       = &writeCounter{byNamespace: map[string]int{}}
 )
 
 const (
@@ -54,17 +55,19 @@ var _ = BeforeSuite(func() {
 	logf.SetLogger(zap.New(zap.WriteTo(GinkgoWriter), zap.UseDevMode(true)))
 	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
 	utilruntime.Must(pgv1.AddToScheme(scheme))
+	utilruntime.Must(monitoringv1.AddToScheme(scheme))
 	ctx, cancel = context.WithCancel(context.Background())
 
 	var err error
-	cp, err = controlplane.Start(filepath.Join("..", "..", "config", "crd", "bases"))
+	cp, err = controlplane.Start(filepath.Join("..", "..", "config", "crd", "bases"),
+		filepath.Join("..", "..", "test", "crds", "prometheus-operator"))
 	Expect(err).NotTo(HaveOccurred())
 	k8sClient, err = client.New(cp.Config, client.Options{Scheme: scheme})
 	Expect(err).NotTo(HaveOccurred())
 
 	mgr, err := ctrl.NewManager(cp.Config, ctrl.Options{
 		Scheme:                 scheme,
-		Cache:                  CacheOptions(nil),
+		Cache:                  CacheOptions(nil, true),
 		Metrics:                metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress: "0",
 	})
@@ -81,6 +84,7 @@ var _ = BeforeSuite(func() {
 		RequeueInterval:         testRequeueInterval,
 		HealthInterval:          testRequeueInterval,
 		AgentAddress:            agentAddresses.lookup,
+		PodMonitors:             true,
 	}
 	Expect(reconciler.SetupWithManager(mgr)).To(Succeed())
 	go func() {

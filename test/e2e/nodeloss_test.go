@@ -4,6 +4,7 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"strings"
@@ -13,6 +14,7 @@ import (
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -34,33 +36,39 @@ var _ = Describe("Node loss", Ordered, func() {
 		worker, node = clusterNodes(ctx)
 		cluster = loadSample(newNamespace(ctx, "e2e-nodeloss"))
 		cluster.Name = "nodeloss"
-		cluster.Spec.Instances = 2
+		cluster.Spec.Instances = 3
 		cluster.Spec.Storage.ReclaimPolicy = pgv1.PVCReclaimDelete
 		cluster.Spec.PostgreSQL.Parameters = nil
 		cluster.Spec.PostgreSQL.Synchronous = &pgv1.SynchronousSpec{Method: pgv1.SynchronousAny, Number: 1,
 			DataDurability: pgv1.DurabilityRequired}
+		// Two instances on the control plane's node and one on the worker, without cordoning
+		// a node under the specs that run beside this one: the spread allows at most one more
+		// instance on a node than on the other, and the first and third prefer the control
+		// plane's node. The worker's taint keeps every other pod off it.
 		cluster.Spec.Scheduling.Tolerations = []corev1.Toleration{{Key: workerLabel, Operator: corev1.TolerationOpExists}}
+		cluster.Spec.Scheduling.TopologySpreadConstraints = []corev1.TopologySpreadConstraint{{
+			MaxSkew: 1, TopologyKey: corev1.LabelHostname, WhenUnsatisfiable: corev1.DoNotSchedule,
+			LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"postgres.pgpilot.io/cluster": cluster.Name}},
+		}}
+		cluster.Spec.Scheduling.Affinity = &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{
+			PreferredDuringSchedulingIgnoredDuringExecution: []corev1.PreferredSchedulingTerm{{Weight: 100,
+				Preference: corev1.NodeSelectorTerm{MatchExpressions: []corev1.NodeSelectorRequirement{{
+					Key: workerLabel, Operator: corev1.NodeSelectorOpDoesNotExist}}}}},
+		}}
 
-		By("two instances on the control plane's node, the third on the worker, which becomes the primary")
+		By("two instances on the control plane's node, one on the worker, which becomes the primary")
 		start := time.Now()
-		setUnschedulable(ctx, worker, true)
-		DeferCleanup(setUnschedulable, worker, false)
 		Expect(k8s.Create(ctx, cluster)).To(Succeed())
 		waitForReady(ctx, cluster, 6*time.Minute)
-		setUnschedulable(ctx, node, true)
-		DeferCleanup(setUnschedulable, node, false)
-		setUnschedulable(ctx, worker, false)
-		scale(ctx, cluster, 3)
-		third := cluster.Name + "-2"
-		Eventually(func(g Gomega) {
-			current := &pgv1.PostgresCluster{}
-			g.Expect(k8s.Get(ctx, client.ObjectKeyFromObject(cluster), current)).To(Succeed())
-			g.Expect(current.Status.InstancesStatus).To(HaveLen(3))
-			expectSettled(g, current)
-		}).WithTimeout(5 * time.Minute).WithPolling(time.Second).Should(Succeed())
-		setUnschedulable(ctx, node, false)
-		Expect(podNode(ctx, cluster, third)).To(Equal(worker))
-		switchoverTo(ctx, cluster, third)
+		onWorker := ""
+		for i := range 3 {
+			if name := fmt.Sprintf("%s-%d", cluster.Name, i); podNode(ctx, cluster, name) == worker {
+				Expect(onWorker).To(BeEmpty(), "two instances on the worker")
+				onWorker = name
+			}
+		}
+		Expect(onWorker).NotTo(BeEmpty(), "no instance on the worker")
+		switchoverTo(ctx, cluster, onWorker)
 		AddReportEntry("node loss: 3 instances, the primary alone on the worker, after", time.Since(start).Round(time.Second).String())
 	})
 	AfterEach(dumpOnFailure)
@@ -141,18 +149,6 @@ func clusterNodes(ctx context.Context) (worker, node string) {
 	Expect(worker).NotTo(BeEmpty(), "no node labelled %s: run the suite through test/e2e/run.sh, which adds the worker", workerLabel)
 	Expect(node).NotTo(BeEmpty())
 	return worker, node
-}
-
-// setUnschedulable cordons or uncordons a node, as kubectl cordon does.
-func setUnschedulable(ctx context.Context, name string, unschedulable bool) {
-	Expect(retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		n := &corev1.Node{}
-		if err := k8s.Get(ctx, client.ObjectKey{Name: name}, n); err != nil {
-			return err
-		}
-		n.Spec.Unschedulable = unschedulable
-		return k8s.Update(ctx, n)
-	})).To(Succeed())
 }
 
 func nodeReady(ctx context.Context, name string) bool {

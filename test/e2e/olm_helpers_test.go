@@ -176,14 +176,16 @@ func smallCluster(ns, name string) *pgv1.PostgresCluster {
 	return c
 }
 
-// expectIgnored: nothing reconciled c (no status, no StatefulSet), for a while.
-func expectIgnored(ctx context.Context, c *pgv1.PostgresCluster) {
+// expectIgnored: nothing reconciled any of clusters (no status, no StatefulSet), for a while.
+func expectIgnored(ctx context.Context, clusters ...*pgv1.PostgresCluster) {
 	Consistently(func(g Gomega) {
-		current := &pgv1.PostgresCluster{}
-		g.Expect(k8s.Get(ctx, client.ObjectKeyFromObject(c), current)).To(Succeed())
-		g.Expect(current.Status.ObservedGeneration).To(BeZero(), "%s/%s has a status", c.Namespace, c.Name)
-		err := k8s.Get(ctx, client.ObjectKeyFromObject(c), &appsv1.StatefulSet{})
-		g.Expect(apierrors.IsNotFound(err)).To(BeTrue(), "%s/%s has a StatefulSet", c.Namespace, c.Name)
+		for _, c := range clusters {
+			current := &pgv1.PostgresCluster{}
+			g.Expect(k8s.Get(ctx, client.ObjectKeyFromObject(c), current)).To(Succeed())
+			g.Expect(current.Status.ObservedGeneration).To(BeZero(), "%s/%s has a status", c.Namespace, c.Name)
+			err := k8s.Get(ctx, client.ObjectKeyFromObject(c), &appsv1.StatefulSet{})
+			g.Expect(apierrors.IsNotFound(err)).To(BeTrue(), "%s/%s has a StatefulSet", c.Namespace, c.Name)
+		}
 	}).WithTimeout(10 * time.Second).WithPolling(2 * time.Second).Should(Succeed())
 }
 

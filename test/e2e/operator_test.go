@@ -17,7 +17,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
-var _ = Describe("The operator deployment", func() {
+// The operator's pod specs are Serial: a failover spec kills the operator, and they would see
+// its replacement starting.
+var _ = Describe("The operator deployment", Serial, func() {
 	AfterEach(dumpOnFailure)
 
 	It("becomes Available with leader election on, its pod holding the Lease", func(ctx SpecContext) {
@@ -49,7 +51,8 @@ var _ = Describe("The operator deployment", func() {
 	})
 })
 
-var _ = Describe("The metrics endpoint, scraped from inside the cluster", Ordered, func() {
+// Serial, as the deployment's: it scrapes the operator's pod.
+var _ = Describe("The metrics endpoint, scraped from inside the cluster", Ordered, Serial, func() {
 	var ns, url string
 
 	BeforeAll(func(ctx SpecContext) {

@@ -326,7 +326,7 @@ func TestWatchNamespaceFollowsTheOperatorGroup(t *testing.T) {
 		if !slices.Equal(got, want) {
 			t.Errorf("ParseWatchNamespaces(%q) = %q, want %q", value, got, want)
 		}
-		if opts := controller.CacheOptions(got); (len(opts.DefaultNamespaces) == 0) != (len(want) == 0) {
+		if opts := controller.CacheOptions(got, false); (len(opts.DefaultNamespaces) == 0) != (len(want) == 0) {
 			t.Errorf("WATCH_NAMESPACE=%q: cache namespaces %v, want %v (none = all namespaces)", value, opts.DefaultNamespaces, want)
 		}
 	}
