@@ -117,6 +117,9 @@ func buildPodTemplate(c *pgv1.PostgresCluster, images Images) (*corev1ac.PodTemp
 			corev1ac.Volume().WithName(agentVolumeName).WithEmptyDir(corev1ac.EmptyDirVolumeSource()),
 			credentialsVolume(c),
 		)
+	if queries := customQueriesVolume(c); queries != nil {
+		spec.WithVolumes(queries)
+	}
 	if err := applyScheduling(spec, c); err != nil {
 		return nil, err
 	}
@@ -174,6 +177,9 @@ func buildPostgresContainer(c *pgv1.PostgresCluster, image string) *corev1ac.Con
 			corev1ac.VolumeMount().WithName(agentVolumeName).WithMountPath(agentDir).WithReadOnly(true),
 			corev1ac.VolumeMount().WithName(credentialsVolumeName).WithMountPath(credentialsDir).WithReadOnly(true),
 		)
+	if len(c.Spec.Monitoring.CustomQueries) > 0 {
+		container.WithVolumeMounts(corev1ac.VolumeMount().WithName(customQueriesVolumeName).WithMountPath(customQueriesDir).WithReadOnly(true))
+	}
 	if res := c.Spec.Resources; len(res.Limits) > 0 || len(res.Requests) > 0 {
 		rr := corev1ac.ResourceRequirements()
 		if len(res.Limits) > 0 {
@@ -190,7 +196,7 @@ func buildPostgresContainer(c *pgv1.PostgresCluster, image string) *corev1ac.Con
 // AgentConfig is what the instance pods' environment tells their agents; the pod name comes
 // from each pod itself.
 func AgentConfig(c *pgv1.PostgresCluster) agentapi.Config {
-	return agentapi.Config{
+	cfg := agentapi.Config{
 		ClusterName:    c.Name,
 		InitialPrimary: InstancePodName(c, 0),
 		PrimaryHost:    ReadWriteServiceName(c),
@@ -199,7 +205,11 @@ func AgentConfig(c *pgv1.PostgresCluster) agentapi.Config {
 		SocketDir:      socketDir,
 		AppDatabase:    c.Spec.Bootstrap.InitDB.Database,
 		CredentialsDir: credentialsDir,
-	}.WithDefaults()
+	}
+	if len(c.Spec.Monitoring.CustomQueries) > 0 {
+		cfg.CustomQueriesDir = customQueriesDir
+	}
+	return cfg.WithDefaults()
 }
 
 // agentCredentials are the Secret keys the agents read their credentials from.

@@ -70,16 +70,28 @@ func (r *PostgresClusterReconciler) checkBackupSecrets(ctx context.Context, s *s
 // from the API server) for field, "" when it has every key.
 func (r *PostgresClusterReconciler) secretProblem(ctx context.Context, namespace, field, name string, keys ...string) (string, error) {
 	secret := &corev1.Secret{}
-	err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, secret)
+	return r.keysProblem(ctx, namespace, field, "Secret", name, secret, func(key string) bool { return len(secret.Data[key]) > 0 }, keys)
+}
+
+// configMapProblem is secretProblem for a user's ConfigMap.
+func (r *PostgresClusterReconciler) configMapProblem(ctx context.Context, namespace, field, name string, keys ...string) (string, error) {
+	cm := &corev1.ConfigMap{}
+	return r.keysProblem(ctx, namespace, field, "ConfigMap", name, cm,
+		func(key string) bool { return cm.Data[key] != "" || len(cm.BinaryData[key]) > 0 }, keys)
+}
+
+func (r *PostgresClusterReconciler) keysProblem(ctx context.Context, namespace, field, kind, name string, obj client.Object,
+	has func(key string) bool, keys []string) (string, error) {
+	err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, obj)
 	if apierrors.IsNotFound(err) {
-		return fmt.Sprintf("%s: Secret %q does not exist", field, name), nil
+		return fmt.Sprintf("%s: %s %q does not exist", field, kind, name), nil
 	}
 	if err != nil {
-		return "", fmt.Errorf("get secret %s: %w", name, err)
+		return "", fmt.Errorf("get %s %s: %w", kind, name, err)
 	}
 	for _, key := range keys {
-		if len(secret.Data[key]) == 0 {
-			return fmt.Sprintf("%s: Secret %q has no %q key, or it is empty", field, name, key), nil
+		if !has(key) {
+			return fmt.Sprintf("%s: %s %q has no %q key, or it is empty", field, kind, name, key), nil
 		}
 	}
 	return "", nil

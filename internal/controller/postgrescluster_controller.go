@@ -107,7 +107,7 @@ func (r *PostgresClusterReconciler) stages() []stage {
 		{"statefulset", r.ensureStatefulSet},
 		{"services", r.ensureServices},
 		{"poddisruptionbudget", r.ensurePodDisruptionBudget},
-		{"podmonitor", r.ensurePodMonitor},
+		{"monitoring", r.ensureMonitoring},
 		{"observe", r.observe},
 		{"switchover", r.switchover},
 		{"failover", r.failover},

@@ -264,6 +264,17 @@ var _ = Describe("CRD validation", func() {
 			c.Spec.Backup = &pgv1.ClusterBackupSpec{Repository: testRepository()}
 			c.Spec.Bootstrap.Recovery = &pgv1.RecoverySpec{Repository: testRepository(), ClusterName: c.Name}
 		}, "spec.backup.repository would be the repository the cluster recovers from"),
+		Entry("custom queries naming both a ConfigMap and a Secret", func(c *pgv1.PostgresCluster) {
+			c.Spec.Monitoring.CustomQueries = []pgv1.CustomQueriesSource{{
+				ConfigMap: &corev1.ConfigMapKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: "q"}, Key: "q.yaml"},
+				Secret:    &corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: "q"}, Key: "q.yaml"}}}
+		}, "name exactly one of configMap and secret"),
+		Entry("custom queries naming neither", func(c *pgv1.PostgresCluster) {
+			c.Spec.Monitoring.CustomQueries = []pgv1.CustomQueriesSource{{}}
+		}, "name exactly one of configMap and secret"),
+		Entry("a scrape interval that is not a duration", func(c *pgv1.PostgresCluster) {
+			c.Spec.Monitoring.PodMonitor = &pgv1.PodMonitorSpec{Enabled: true, Interval: "30 seconds"}
+		}, "spec.monitoring.podMonitor.interval"),
 	)
 
 	It("accepts a cluster restored from another one's repository that archives into its own", func() {

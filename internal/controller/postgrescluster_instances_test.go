@@ -238,6 +238,7 @@ var _ = Describe("Instances with real agents", func() {
 		runInstanceWith("db-1", 0, "db-1", pgtest.NewMemoryLeases("db-1"))
 		Eventually(func(g Gomega) {
 			degraded := condition(fetch(cluster), pgv1.ConditionDegraded)
+			g.Expect(degraded).NotTo(BeNil(), "no Degraded condition yet")
 			g.Expect(degraded.Status).To(Equal(metav1.ConditionTrue))
 			g.Expect(degraded.Reason).To(Equal("MultiplePrimaries"))
 			g.Expect(degraded.Message).To(ContainSubstring("db-0, db-1"))
@@ -289,6 +290,7 @@ var _ = Describe("Credentials rotation with real agents", func() {
 		Expect(k8sClient.Update(ctx, secret)).To(Succeed())
 		Eventually(func(g Gomega) {
 			d := condition(fetch(cluster), pgv1.ConditionDegraded)
+			g.Expect(d).NotTo(BeNil(), "no Degraded condition yet")
 			g.Expect(d.Reason).To(Equal("CredentialsInvalid"))
 			g.Expect(d.Message).To(ContainSubstring(`"password"`))
 		}).Should(Succeed())

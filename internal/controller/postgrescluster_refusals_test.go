@@ -110,6 +110,7 @@ var _ = Describe("Instances the scheduler cannot place", func() {
 		Expect(k8sClient.Status().Update(ctx, pod)).To(Succeed())
 		Eventually(func(g Gomega) {
 			d := condition(fetch(cluster), pgv1.ConditionDegraded)
+			g.Expect(d).NotTo(BeNil(), "no Degraded condition yet")
 			g.Expect(d.Status).To(Equal(metav1.ConditionTrue))
 			g.Expect(d.Reason).To(Equal("InstancesUnschedulable"))
 			g.Expect(d.Message).To(ContainSubstring(message))

@@ -85,8 +85,7 @@ type summary struct {
 	backupConfigured bool
 	archive          *agentapi.ArchiveStatus
 	backupProblem    *reasonMessage
-	// monitoringProblem: what spec.monitoring asks that cannot be done.
-	monitoringProblem *reasonMessage
+	monitoring       monitoringSummary
 }
 
 func summarize(s *scope) summary {
@@ -109,7 +108,7 @@ func summarize(s *scope) summary {
 		sum.timeline, sum.archive = report.Timeline, report.Archive
 	}
 	sum.backupConfigured, sum.backupProblem = s.cluster.Spec.Backup != nil, s.backupProblem
-	sum.monitoringProblem = s.monitoringProblem
+	sum.monitoring = summarizeMonitoring(s)
 	// Before there is a primary, the instances are still being created: their agents' answers
 	// would only churn the status.
 	if sum.primary != "" {
@@ -187,6 +186,7 @@ func computeStatus(status *pgv1.PostgresClusterStatus, o summary) {
 		status.ObservedGeneration = o.generation
 	}
 	setArchiving(status, o)
+	setMonitoring(status, o.monitoring, o.generation)
 	setDegradedCondition(status, o)
 	setReadyCondition(status, o)
 	setProgressingCondition(status, o)
@@ -207,8 +207,6 @@ func setDegradedCondition(status *pgv1.PostgresClusterStatus, o summary) {
 	case archivingDegraded(status) != nil:
 		archiving := archivingDegraded(status)
 		c.Status, c.Reason, c.Message = metav1.ConditionTrue, archiving.Reason, "WAL archiving: "+archiving.Message
-	case o.monitoringProblem != nil:
-		c.Status, c.Reason, c.Message = metav1.ConditionTrue, o.monitoringProblem.reason, o.monitoringProblem.message
 	}
 	meta.SetStatusCondition(&status.Conditions, c)
 }

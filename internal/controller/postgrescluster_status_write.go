@@ -47,12 +47,13 @@ func (r *PostgresClusterReconciler) announceTransitions(before, after *pgv1.Post
 		if old != nil && old.Status == c.Status && old.Reason == c.Reason {
 			continue
 		}
-		if old == nil && c.Status == metav1.ConditionFalse {
-			continue // "not ready", "not degraded" at birth is no news
+		if old == nil && c.Status == metav1.ConditionFalse && c.Type != pgv1.ConditionMonitoring {
+			continue // "not ready", "not degraded" at birth is no news; monitoring that fails is
 		}
 		eventType := corev1.EventTypeNormal
 		if (c.Type == pgv1.ConditionDegraded && c.Status == metav1.ConditionTrue) ||
-			(c.Type == pgv1.ConditionContinuousArchiving && c.Status == metav1.ConditionFalse) {
+			(c.Type == pgv1.ConditionContinuousArchiving && c.Status == metav1.ConditionFalse) ||
+			(c.Type == pgv1.ConditionMonitoring && c.Status == metav1.ConditionFalse) {
 			eventType = corev1.EventTypeWarning
 		}
 		r.event(after, nil, eventType, c.Reason, "Reconcile", "%s=%s: %s", c.Type, c.Status, c.Message)

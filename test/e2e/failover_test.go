@@ -22,7 +22,26 @@ import (
 	pgv1 "github.com/pgpilot/pgpilot-operator/api/v1alpha1"
 )
 
-// failoverSpecs inject faults into the primary of the shared replication cluster (synchronous,
+// Failover, fencing and rolling updates, on a cluster of their own (2 instances, synchronous,
+// dataDurability required) so that they run beside the replication specs.
+var _ = Describe("Failover", Ordered, func() {
+	var cluster *pgv1.PostgresCluster
+
+	BeforeAll(func(ctx SpecContext) {
+		cluster = synchronousCluster(ctx, "failover", 2)
+		start := time.Now()
+		Expect(k8s.Create(ctx, cluster)).To(Succeed())
+		waitForReady(ctx, cluster, 8*time.Minute)
+		AddReportEntry("failover cluster: kubectl apply to Ready, 2 instances", time.Since(start).Round(time.Second).String())
+	})
+	AfterEach(dumpOnFailure)
+
+	failoverSpecs(&cluster)
+	partitionSpec(&cluster)
+	imageRollSpec(&cluster)
+})
+
+// failoverSpecs inject faults into the primary of the Failover cluster (synchronous,
 // dataDurability required), each under a write checker through -rw: the cluster must elect a
 // new primary, the old one must come back as a standby, and every acknowledged write must be on
 // the new primary.

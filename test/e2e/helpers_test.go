@@ -43,6 +43,20 @@ func loadSample(ns string) *pgv1.PostgresCluster {
 	return cluster
 }
 
+// synchronousCluster is the sample named name in a new namespace (prefix e2e-<name>), with
+// instances, its volumes deleted with it, default parameters, and every acknowledged commit on a
+// standby too (ANY 1, required): the fault specs lose none.
+func synchronousCluster(ctx context.Context, name string, instances int32) *pgv1.PostgresCluster {
+	cluster := loadSample(newNamespace(ctx, "e2e-"+name))
+	cluster.Name = name
+	cluster.Spec.Instances = instances
+	cluster.Spec.Storage.ReclaimPolicy = pgv1.PVCReclaimDelete
+	cluster.Spec.PostgreSQL.Parameters = nil
+	cluster.Spec.PostgreSQL.Synchronous = &pgv1.SynchronousSpec{Method: pgv1.SynchronousAny, Number: 1,
+		DataDurability: pgv1.DurabilityRequired}
+	return cluster
+}
+
 // clusterPods lists the instance pods of a cluster by the label pgpilot puts on them.
 func clusterPods(ctx context.Context, c *pgv1.PostgresCluster) []corev1.Pod {
 	pods := &corev1.PodList{}

@@ -34,13 +34,7 @@ var _ = Describe("Node loss", Ordered, func() {
 
 	BeforeAll(func(ctx SpecContext) {
 		worker, node = clusterNodes(ctx)
-		cluster = loadSample(newNamespace(ctx, "e2e-nodeloss"))
-		cluster.Name = "nodeloss"
-		cluster.Spec.Instances = 3
-		cluster.Spec.Storage.ReclaimPolicy = pgv1.PVCReclaimDelete
-		cluster.Spec.PostgreSQL.Parameters = nil
-		cluster.Spec.PostgreSQL.Synchronous = &pgv1.SynchronousSpec{Method: pgv1.SynchronousAny, Number: 1,
-			DataDurability: pgv1.DurabilityRequired}
+		cluster = synchronousCluster(ctx, "nodeloss", 3)
 		// Two instances on the control plane's node and one on the worker, without cordoning
 		// a node under the specs that run beside this one: the spread allows at most one more
 		// instance on a node than on the other, and the first and third prefer the control

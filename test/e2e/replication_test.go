@@ -37,14 +37,7 @@ var _ = Describe("Streaming replication", Ordered, func() {
 	}
 
 	BeforeAll(func(ctx SpecContext) {
-		cluster = loadSample(newNamespace(ctx, "e2e-repl"))
-		cluster.Name = "repl"
-		cluster.Spec.Instances = 3
-		cluster.Spec.Storage.ReclaimPolicy = pgv1.PVCReclaimDelete
-		cluster.Spec.PostgreSQL.Parameters = nil // defaults; a spec below sets one
-		// Every acknowledged commit is on a standby too: the failover specs lose none.
-		cluster.Spec.PostgreSQL.Synchronous = &pgv1.SynchronousSpec{Method: pgv1.SynchronousAny, Number: 1,
-			DataDurability: pgv1.DurabilityRequired}
+		cluster = synchronousCluster(ctx, "repl", 3) // default parameters: a spec below sets one
 		start := time.Now()
 		Expect(k8s.Create(ctx, cluster)).To(Succeed())
 		waitForReady(ctx, cluster, 8*time.Minute)
@@ -101,10 +94,6 @@ var _ = Describe("Streaming replication", Ordered, func() {
 		checker.finish(ctx, "switchover")
 		expectReplication(ctx, cluster, current.Spec.Instances)
 	})
-
-	failoverSpecs(&cluster)
-	partitionSpec(&cluster)
-	imageRollSpec(&cluster)
 
 	It("applies a parameter change and reports it", func(ctx SpecContext) {
 		Expect(retry.RetryOnConflict(retry.DefaultRetry, func() error {

@@ -101,6 +101,8 @@ type Agent struct {
 	applied *agentapi.Credentials
 	// repository is the cluster's pgBackRest repository as the agent last saw it (repository.go).
 	repository repositoryState
+	// customQueries feed the metrics exporter the user's queries, once it serves (metrics.go).
+	customQueries atomic.Pointer[customQueries]
 }
 
 // Run bootstraps the instance if its data directory is empty, serves the API, starts
@@ -319,6 +321,9 @@ func (a *Agent) Status(ctx context.Context) (*agentapi.Status, error) {
 		if status.Archive, err = a.archiveStatus(ctx, conn); err != nil {
 			return nil, err
 		}
+	}
+	if queries := a.customQueries.Load(); queries != nil {
+		status.Metrics = queries.status()
 	}
 	return status, nil
 }

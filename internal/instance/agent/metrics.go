@@ -23,11 +23,13 @@ import (
 // role, the data volume's space, and the agent process's own. It returns the listener's
 // address and a function that stops it all.
 func (a *Agent) serveMetrics() (string, func(), error) {
-	e := exporter.New(func(ctx context.Context) (*pgx.Conn, error) {
-		return postgres.ConnectLocal(ctx, a.Instance.SocketDir, a.Instance.Port, agentapi.MonitorUser, "postgres")
+	e := exporter.New(func(ctx context.Context, database string) (*pgx.Conn, error) {
+		return postgres.ConnectLocal(ctx, a.Instance.SocketDir, a.Instance.Port, agentapi.MonitorUser, cmp.Or(database, "postgres"))
 	}, a.Log.WithName("metrics"))
+	queries := &customQueries{dir: a.Config.CustomQueriesDir, exporter: e, log: a.Log.WithName("metrics")}
+	a.customQueries.Store(queries)
 	registry := prometheus.NewRegistry()
-	registry.MustRegister(e, volumeCollector{dir: a.Config.DataDir}, backupCollector{a},
+	registry.MustRegister(queries, volumeCollector{dir: a.Config.DataDir}, backupCollector{a},
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(registry, promhttp.HandlerOpts{

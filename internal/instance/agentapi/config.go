@@ -70,6 +70,9 @@ type Config struct {
 	// CredentialsDir holds the credentials, one file each (ReadCredentials): the Secrets,
 	// projected by the kubelet, which keeps the files up to date when a Secret changes.
 	CredentialsDir string
+	// CustomQueriesDir holds the user's query files (spec.monitoring.customQueries), projected
+	// by the kubelet and read again when they change; empty: none.
+	CustomQueriesDir string
 }
 
 // EnvVar is one variable of the pod's environment: a literal Value, or the pod's own
@@ -131,6 +134,7 @@ var variables = []variable{
 	{name: "PGPILOT_METRICS_PORT", fallback: strconv.Itoa(DefaultMetricsPort), field: number(func(c *Config) *int { return &c.MetricsPort })},
 	{name: "PGPILOT_REPLICATION_USER", fallback: DefaultReplicationUser, field: text(func(c *Config) *string { return &c.ReplicationUser })},
 	{name: "PGPILOT_PG_BINDIR", field: text(func(c *Config) *string { return &c.BinDir })},
+	{name: "PGPILOT_CUSTOM_QUERIES_DIR", field: text(func(c *Config) *string { return &c.CustomQueriesDir })},
 }
 
 // field reads and writes one Config field as the text of an environment variable.

@@ -97,6 +97,20 @@ type Status struct {
 	Slots []SlotStatus `json:"slots,omitempty"`
 	// Archive is, on a primary of a cluster with a backup repository, its WAL archiving.
 	Archive *ArchiveStatus `json:"archive,omitempty"`
+	// Metrics is how the exporter fares with the user's custom queries; nil without any (and
+	// from an agent older than this field).
+	Metrics *MetricsStatus `json:"metrics,omitempty"`
+}
+
+// MetricsStatus is what the operator needs to tell the user about their custom queries.
+type MetricsStatus struct {
+	// CustomQueries is how many custom queries the exporter runs.
+	CustomQueries int `json:"customQueries"`
+	// LoadError says why the query files as they are now were not loaded (the ones loaded
+	// before still run).
+	LoadError string `json:"loadError,omitempty"`
+	// FailingQueries failed in the last scrape.
+	FailingQueries []string `json:"failingQueries,omitempty"`
 }
 
 // How a former primary rejoined.

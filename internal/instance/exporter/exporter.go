@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"sync"
 	"time"
 
@@ -47,26 +48,44 @@ type Query struct {
 	// MinVersion and MaxVersion (server_version_num, 0: unbounded) limit the query to the
 	// PostgreSQL versions whose catalogs it reads.
 	MinVersion, MaxVersion int
-	Columns                []Column
+	// PrimaryOnly skips the query on a standby.
+	PrimaryOnly bool
+	// Databases the query runs in, each over a connection of its own, its series labelled
+	// datname; AllDatabases is every database that accepts connections. None: the monitoring
+	// connection's database.
+	Databases []string
+	Columns   []Column
 }
+
+// AllDatabases in Query.Databases is every database that accepts connections.
+const AllDatabases = "*"
 
 // Exporter is a prometheus.Collector over one PostgreSQL server.
 type Exporter struct {
-	// Connect opens the monitoring connection (as a pg_monitor role).
-	Connect func(ctx context.Context) (*pgx.Conn, error)
+	// Connect opens a monitoring connection (as a pg_monitor role) to database, "" for the
+	// default one.
+	Connect func(ctx context.Context, database string) (*pgx.Conn, error)
 	// Timeout bounds one scrape; each statement gets at most half of it.
 	Timeout time.Duration
 	Log     logr.Logger
 
-	mu      sync.Mutex // one scrape at a time, on one connection
+	mu      sync.Mutex // one scrape at a time, on one kept connection
 	conn    *pgx.Conn
 	version int
 	queries []Query
+	failing []string
 }
 
 // New returns an exporter of the built-in queries and extra.
-func New(connect func(ctx context.Context) (*pgx.Conn, error), log logr.Logger, extra ...Query) *Exporter {
+func New(connect func(ctx context.Context, database string) (*pgx.Conn, error), log logr.Logger, extra ...Query) *Exporter {
 	return &Exporter{Connect: connect, Timeout: 5 * time.Second, Log: log, queries: append(BuiltinQueries(), extra...)}
+}
+
+// Failing names the queries that failed in the last scrape.
+func (e *Exporter) Failing() []string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return slices.Clone(e.failing)
 }
 
 // SetExtraQueries replaces the queries after the built-in ones (a reload of custom queries).
@@ -97,17 +116,24 @@ func (e *Exporter) Collect(ch chan<- prometheus.Metric) {
 	ctx, cancel := context.WithTimeout(context.Background(), e.Timeout)
 	defer cancel()
 	up := 1.0
+	e.failing = nil
 	if err := e.ensureConnection(ctx); err != nil {
 		e.Log.Error(err, "metrics: connect to postgres")
 		up = 0
 	} else {
+		standby, standbyErr := e.inRecovery(ctx)
 		for _, q := range e.queries {
-			if !q.appliesTo(e.version) {
+			if !q.appliesTo(e.version) || (q.PrimaryOnly && standby) {
 				continue
 			}
+			err := standbyErr
+			if err == nil || !q.PrimaryOnly {
+				err = e.run(ctx, q, ch)
+			}
 			failed := 0.0
-			if err := e.collect(ctx, q, ch); err != nil {
+			if err != nil {
 				e.Log.Error(err, "metrics: query failed", "query", q.Name)
+				e.failing = append(e.failing, q.Name)
 				failed = 1
 			}
 			ch <- prometheus.MustNewConstMetric(queryErrorDesc, prometheus.GaugeValue, failed, q.Name)
@@ -125,14 +151,8 @@ func (e *Exporter) ensureConnection(ctx context.Context) error {
 	if e.conn != nil && !e.conn.IsClosed() {
 		return nil
 	}
-	conn, err := e.Connect(ctx)
+	conn, err := e.open(ctx, "")
 	if err != nil {
-		return err
-	}
-	// A slow statement is cancelled by the server, which keeps the connection usable.
-	timeout := max(e.Timeout/2, time.Millisecond).Milliseconds()
-	if _, err := conn.Exec(ctx, fmt.Sprintf("SET statement_timeout = %d; SET lock_timeout = %d", timeout, timeout)); err != nil {
-		_ = conn.Close(ctx)
 		return err
 	}
 	if err := conn.QueryRow(ctx, "SELECT current_setting('server_version_num')::int").Scan(&e.version); err != nil {
@@ -141,6 +161,31 @@ func (e *Exporter) ensureConnection(ctx context.Context) error {
 	}
 	e.conn = conn
 	return nil
+}
+
+// open connects to database with the statement deadline set: a slow statement is cancelled by
+// the server, which keeps the connection usable.
+func (e *Exporter) open(ctx context.Context, database string) (*pgx.Conn, error) {
+	conn, err := e.Connect(ctx, database)
+	if err != nil {
+		return nil, err
+	}
+	timeout := max(e.Timeout/2, time.Millisecond).Milliseconds()
+	if _, err := conn.Exec(ctx, fmt.Sprintf("SET statement_timeout = %d; SET lock_timeout = %d", timeout, timeout)); err != nil {
+		_ = conn.Close(ctx)
+		return nil, err
+	}
+	return conn, nil
+}
+
+// inRecovery asks only when a query is for the primary alone.
+func (e *Exporter) inRecovery(ctx context.Context) (bool, error) {
+	if !slices.ContainsFunc(e.queries, func(q Query) bool { return q.PrimaryOnly }) {
+		return false, nil
+	}
+	var standby bool
+	err := e.conn.QueryRow(ctx, "SELECT pg_is_in_recovery()").Scan(&standby)
+	return standby, err
 }
 
 // Close closes the monitoring connection.
@@ -156,36 +201,87 @@ func (q Query) appliesTo(version int) bool {
 	return (q.MinVersion == 0 || version >= q.MinVersion) && (q.MaxVersion == 0 || version <= q.MaxVersion)
 }
 
-// collect runs q and sends a metric per value column and row; a row's NULL value is left out.
-func (e *Exporter) collect(ctx context.Context, q Query, ch chan<- prometheus.Metric) error {
-	rows, err := e.conn.Query(ctx, q.SQL)
+// run runs q in its databases and sends a metric per value column and row; a row's NULL value
+// is left out. It is all or nothing: a query failing halfway (or in one database) sends none.
+func (e *Exporter) run(ctx context.Context, q Query, ch chan<- prometheus.Metric) error {
+	var metrics []prometheus.Metric
+	if len(q.Databases) == 0 {
+		m, err := q.collect(ctx, e.conn, "")
+		if err != nil {
+			return err
+		}
+		metrics = m
+	} else {
+		databases, err := e.databases(ctx, q.Databases)
+		if err != nil {
+			return err
+		}
+		for _, db := range databases {
+			m, err := e.collectIn(ctx, q, db)
+			if err != nil {
+				return fmt.Errorf("database %s: %w", db, err)
+			}
+			metrics = append(metrics, m...)
+		}
+	}
+	for _, m := range metrics {
+		ch <- m
+	}
+	return nil
+}
+
+// databases expands AllDatabases.
+func (e *Exporter) databases(ctx context.Context, names []string) ([]string, error) {
+	if !slices.Contains(names, AllDatabases) {
+		return names, nil
+	}
+	rows, err := e.conn.Query(ctx, "SELECT datname FROM pg_database WHERE datallowconn AND NOT datistemplate ORDER BY datname")
 	if err != nil {
-		return err
+		return nil, err
+	}
+	all, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, err
+	}
+	return slices.Compact(slices.Sorted(slices.Values(append(all, slices.DeleteFunc(slices.Clone(names),
+		func(n string) bool { return n == AllDatabases })...)))), nil
+}
+
+// collectIn runs q over a connection to database that lasts this scrape only: a connection kept
+// to a user's database would make their DROP DATABASE fail.
+func (e *Exporter) collectIn(ctx context.Context, q Query, database string) ([]prometheus.Metric, error) {
+	conn, err := e.open(ctx, database)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = conn.Close(context.Background()) }()
+	return q.collect(ctx, conn, database)
+}
+
+// collect runs q on conn; database, when set, labels every series as datname.
+func (q Query) collect(ctx context.Context, conn *pgx.Conn, database string) ([]prometheus.Metric, error) {
+	rows, err := conn.Query(ctx, q.SQL)
+	if err != nil {
+		return nil, err
 	}
 	defer rows.Close()
 	columns, err := q.columnIndexes(rows.FieldDescriptions())
 	if err != nil {
-		return err
+		return nil, err
 	}
 	var metrics []prometheus.Metric
 	for rows.Next() {
 		values, err := rows.Values()
 		if err != nil {
-			return err
+			return nil, err
 		}
-		row, err := q.rowMetrics(columns, values)
+		row, err := q.rowMetrics(columns, values, database)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		metrics = append(metrics, row...)
 	}
-	if err := rows.Err(); err != nil {
-		return err
-	}
-	for _, m := range metrics { // all or nothing: a query failing halfway sends none
-		ch <- m
-	}
-	return nil
+	return metrics, rows.Err()
 }
 
 // columnIndexes finds each declared column in the result.
@@ -205,8 +301,11 @@ func (q Query) columnIndexes(fields []pgconn.FieldDescription) ([]int, error) {
 	return indexes, nil
 }
 
-func (q Query) rowMetrics(indexes []int, values []any) ([]prometheus.Metric, error) {
+func (q Query) rowMetrics(indexes []int, values []any, database string) ([]prometheus.Metric, error) {
 	var labelNames, labelValues []string
+	if database != "" {
+		labelNames, labelValues = []string{"datname"}, []string{database}
+	}
 	for i, c := range q.Columns {
 		if c.Usage == Label {
 			labelNames = append(labelNames, c.Name)

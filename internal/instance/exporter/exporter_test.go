@@ -1,6 +1,7 @@
 package exporter_test
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"sort"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	gocmp "github.com/google/go-cmp/cmp"
 	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
@@ -111,6 +113,9 @@ func TestExporterCustomQueries(t *testing.T) {
 	m.expect(t, "pgpilot_database_size_bytes", "datname=postgres", atLeast(1<<20))
 	m.expectAbsent(t, "custom_n")
 	m.expectAbsent(t, "custom_slept")
+	if diff := gocmp.Diff([]string{"broken", "slow", "wrong_column"}, e.Failing()); diff != "" {
+		t.Errorf("failing queries (-want +got):\n%s", diff)
+	}
 	// The connection survived the cancelled statement: the next scrape works on it.
 	scrape(t, e).expect(t, "pgpilot_up", "", eq(1))
 }
@@ -196,8 +201,8 @@ func startPair(t *testing.T) (primary, standby *postgres.Instance) {
 }
 
 func newExporter(t testing.TB, inst *postgres.Instance) *exporter.Exporter {
-	e := exporter.New(func(ctx context.Context) (*pgx.Conn, error) {
-		return postgres.Connect(ctx, inst.Port, "monitor", monitorPassword, "postgres")
+	e := exporter.New(func(ctx context.Context, database string) (*pgx.Conn, error) {
+		return postgres.Connect(ctx, inst.Port, "monitor", monitorPassword, cmp.Or(database, "postgres"))
 	}, logr.Discard())
 	t.Cleanup(e.Close)
 	return e
