@@ -24,6 +24,9 @@ type MonitoringSpec struct {
 	CustomQueries []CustomQueriesSource `json:"customQueries,omitempty"`
 }
 
+// PodMonitorEnabled says whether pgpilot is to keep a PodMonitor for the cluster.
+func (m MonitoringSpec) PodMonitorEnabled() bool { return m.PodMonitor != nil && m.PodMonitor.Enabled }
+
 // PodMonitorSpec is the PodMonitor pgpilot manages for a cluster.
 type PodMonitorSpec struct {
 	// Whether pgpilot manages the PodMonitor; turning it off deletes it.

@@ -35,7 +35,7 @@ const (
 // PodMonitorsServed says whether the API server serves monitoring.coreos.com/v1 PodMonitors.
 // The manager asks once, at start: it must start without the Prometheus operator, and a cache
 // cannot watch a kind that is not served. Installing the Prometheus operator later takes a
-// restart of pgpilot, which the cluster's Degraded condition says.
+// restart of pgpilot, which the cluster's Monitoring condition says.
 func PodMonitorsServed(cfg *rest.Config) (bool, error) {
 	dc, err := discovery.NewDiscoveryClientForConfig(cfg)
 	if err != nil {
@@ -62,7 +62,7 @@ func PodMonitorsServed(cfg *rest.Config) (bool, error) {
 // ensureMonitoring keeps the PodMonitor as asked and checks the custom queries' sources; what
 // cannot be done goes into the Monitoring condition, never stops the reconcile.
 func (r *PostgresClusterReconciler) ensureMonitoring(ctx context.Context, s *scope) (*stop, error) {
-	if _, err := r.ensurePodMonitor(ctx, s); err != nil {
+	if err := r.ensurePodMonitor(ctx, s); err != nil {
 		return nil, err
 	}
 	return nil, r.checkCustomQuerySources(ctx, s)
@@ -93,8 +93,8 @@ func (r *PostgresClusterReconciler) checkCustomQuerySources(ctx context.Context,
 
 // ensurePodMonitor keeps the cluster's PodMonitor as spec.monitoring.podMonitor asks: applied
 // when enabled, deleted when not.
-func (r *PostgresClusterReconciler) ensurePodMonitor(ctx context.Context, s *scope) (*stop, error) {
-	wanted := s.cluster.Spec.Monitoring.PodMonitor != nil && s.cluster.Spec.Monitoring.PodMonitor.Enabled
+func (r *PostgresClusterReconciler) ensurePodMonitor(ctx context.Context, s *scope) error {
+	wanted := s.cluster.Spec.Monitoring.PodMonitorEnabled()
 	switch {
 	case !r.PodMonitors:
 		if wanted {
@@ -102,11 +102,11 @@ func (r *PostgresClusterReconciler) ensurePodMonitor(ctx context.Context, s *sco
 				"spec.monitoring.podMonitor is enabled, but the API server served no monitoring.coreos.com/v1 PodMonitor " +
 					"when pgpilot started: install the Prometheus operator's CRDs, then restart pgpilot"}
 		}
-		return nil, nil
+		return nil
 	case wanted:
-		return nil, ensureOwned(ctx, r, s, pgbuilder.BuildPodMonitor(s.cluster), &monitoringv1.PodMonitor{})
+		return ensureOwned(ctx, r, s, pgbuilder.BuildPodMonitor(s.cluster), &monitoringv1.PodMonitor{})
 	}
-	return nil, r.deletePodMonitor(ctx, s)
+	return r.deletePodMonitor(ctx, s)
 }
 
 // deletePodMonitor removes the cluster's PodMonitor, if pgpilot made one (it is in the cache,
@@ -145,7 +145,7 @@ type monitoringSummary struct {
 func summarizeMonitoring(s *scope) monitoringSummary {
 	m := s.cluster.Spec.Monitoring
 	sum := monitoringSummary{customQueries: len(m.CustomQueries) > 0, problem: s.monitoringProblem}
-	sum.configured = sum.customQueries || (m.PodMonitor != nil && m.PodMonitor.Enabled)
+	sum.configured = sum.customQueries || m.PodMonitorEnabled()
 	for pod, report := range s.observed.reports {
 		if report != nil && report.Metrics != nil {
 			if sum.metrics == nil {

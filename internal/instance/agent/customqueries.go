@@ -89,11 +89,7 @@ func (c *customQueries) status() *agentapi.MetricsStatus {
 		return nil
 	}
 	status := c.refresh()
-	builtin := map[string]bool{}
-	for _, q := range exporter.BuiltinQueries() {
-		builtin[q.Name] = true
-	}
-	status.FailingQueries = slices.DeleteFunc(c.exporter.Failing(), func(name string) bool { return builtin[name] })
+	status.FailingQueries = slices.DeleteFunc(c.exporter.Failing(), exporter.IsBuiltin)
 	return status
 }
 

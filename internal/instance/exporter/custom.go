@@ -41,13 +41,9 @@ func ParseQueries(data []byte) ([]Query, error) {
 	if err := yaml.UnmarshalStrict(data, &file); err != nil {
 		return nil, err
 	}
-	builtin := map[string]bool{}
-	for _, q := range BuiltinQueries() {
-		builtin[q.Name] = true
-	}
 	var queries []Query
 	for _, prefix := range slices.Sorted(maps.Keys(file)) {
-		if builtin[prefix] || strings.HasPrefix(prefix, "pgpilot") {
+		if IsBuiltin(prefix) || strings.HasPrefix(prefix, "pgpilot") {
 			return nil, fmt.Errorf("%s: the prefix is pgpilot's own; choose another", prefix)
 		}
 		q, err := file[prefix].query(prefix)

@@ -1,5 +1,17 @@
 package exporter
 
+// builtinNames are the names of BuiltinQueries.
+var builtinNames = func() map[string]bool {
+	names := map[string]bool{}
+	for _, q := range BuiltinQueries() {
+		names[q.Name] = true
+	}
+	return names
+}()
+
+// IsBuiltin says whether name is one of BuiltinQueries.
+func IsBuiltin(name string) bool { return builtinNames[name] }
+
 // BuiltinQueries are pgpilot's metrics of every instance. Queries that only make sense on a
 // primary or a standby return no rows (or NULL) on the other.
 func BuiltinQueries() []Query {
