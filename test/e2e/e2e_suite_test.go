@@ -37,6 +37,13 @@ const (
 	metricsReaderRole  = "pgpilot-operator-metrics-reader"
 )
 
+// The deploy phase runs specs on several processes, and ends when its longest container does:
+// the slowest containers start first, so that none of them starts last and runs alone.
+const (
+	slowestSpecs = 20 // backup and recovery: the longest, one cluster through many steps
+	slowSpecs    = 10 // failover and node loss
+)
+
 var (
 	k8s       client.Client
 	clientset *kubernetes.Clientset

@@ -28,7 +28,7 @@ const workerLabel = "pgpilot.test/worker"
 // Node loss: the primary's node loses power. Its pod stays in the API (nothing can confirm it
 // stopped), so nothing is deleted or rescheduled; pgpilot must still promote a replica on the
 // other node, and the old primary must rejoin when the node boots again.
-var _ = Describe("Node loss", Ordered, func() {
+var _ = Describe("Node loss", Ordered, SpecPriority(slowSpecs), func() {
 	var cluster *pgv1.PostgresCluster
 	var worker, node string
 

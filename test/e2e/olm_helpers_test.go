@@ -77,15 +77,28 @@ func (t olmTools) operatorSDK(ctx context.Context, args ...string) (string, erro
 // newOLMNamespace is newNamespace for OLM specs: its cleanup also waits until the namespace and
 // every pgpilot CSV OLM copied from it are gone, so that the next install starts clean.
 func newOLMNamespace(ctx context.Context, prefix string) string {
-	name := newNamespace(ctx, prefix)
-	// Cleanups run last-in first-out: this one deletes the namespace itself before waiting.
+	return newOLMNamespaces(ctx, 1, prefix)[0]
+}
+
+// newOLMNamespaces is newOLMNamespace for n installs side by side: the cleanup deletes every
+// namespace before it waits, since no pgpilot CSV is gone until all of them are.
+func newOLMNamespaces(ctx context.Context, n int, prefix string) []string {
+	names := make([]string, n)
+	for i := range names {
+		names[i] = newNamespace(ctx, prefix)
+	}
+	// Cleanups run last-in first-out: this one deletes the namespaces themselves before waiting.
 	DeferCleanup(func(ctx SpecContext) {
-		ns := &corev1.Namespace{}
-		ns.Name = name
-		Expect(client.IgnoreNotFound(k8s.Delete(ctx, ns))).To(Succeed())
+		for _, name := range names {
+			ns := &corev1.Namespace{}
+			ns.Name = name
+			Expect(client.IgnoreNotFound(k8s.Delete(ctx, ns))).To(Succeed())
+		}
 		Eventually(func(g Gomega) {
-			err := k8s.Get(ctx, client.ObjectKey{Name: name}, &corev1.Namespace{})
-			g.Expect(apierrors.IsNotFound(err)).To(BeTrue(), "namespace %s still exists (%v)", name, err)
+			for _, name := range names {
+				err := k8s.Get(ctx, client.ObjectKey{Name: name}, &corev1.Namespace{})
+				g.Expect(apierrors.IsNotFound(err)).To(BeTrue(), "namespace %s still exists (%v)", name, err)
+			}
 			var csvs operatorsv1alpha1.ClusterServiceVersionList
 			g.Expect(k8s.List(ctx, &csvs)).To(Succeed())
 			for _, csv := range csvs.Items {
@@ -93,7 +106,7 @@ func newOLMNamespace(ctx context.Context, prefix string) string {
 			}
 		}).WithTimeout(3 * time.Minute).Should(Succeed())
 	})
-	return name
+	return names
 }
 
 // subscribe asks OLM for pgpilot in ns from the catalog's stable channel: an OperatorGroup for

@@ -21,66 +21,21 @@ import (
 
 // Every install mode the CSV claims: OLM installs the operator for the OperatorGroup's target
 // namespaces (WATCH_NAMESPACE), and the operator reconciles clusters there and nothing else.
+// OwnNamespace, SingleNamespace and MultiNamespace are installed side by side, three operators
+// with disjoint targets as tenants of one Kubernetes cluster run them; AllNamespaces, whose
+// targets meet every other group's, alone.
 var _ = Describe("OLM install modes", Ordered, Label(olmLabel), func() {
 	AfterEach(dumpOLMOnFailure)
 
-	// installMode installs pgpilot in a namespace of its own for the targets pickTargets chooses
-	// (nil: AllNamespaces), expects a cluster in each namespace `reconciled` lists to become Ready
-	// and one in every namespace outside the targets to stay untouched.
-	installMode := func(ctx context.Context, mode string, pickTargets func(own string, others []string) []string,
-		reconciled func(own string, others []string) []string) *operatorsv1alpha1.ClusterServiceVersion {
-		own := newOLMNamespace(ctx, "e2e-mode-op")
-		others := []string{newNamespace(ctx, "e2e-mode-a"), newNamespace(ctx, "e2e-mode-b")}
-		targets := pickTargets(own, others)
-		start := time.Now()
-		subscribe(ctx, own, targets, "", operatorsv1alpha1.ApprovalAutomatic)
-		csv := waitForCSV(ctx, own, csvName(pgversion.Version))
-		expectOperatorAvailable(ctx, own)
-		AddReportEntry(mode+": Subscription to CSV Succeeded", time.Since(start).Round(time.Second).String())
-		AddReportEntry(mode+": OLM's target namespaces", csv.Annotations["olm.targetNamespaces"])
-		// OLM hands the operator its targets through the pod's olm.targetNamespaces annotation,
-		// which the CSV's Deployment reads into WATCH_NAMESPACE.
-		Expect(operatorPodAnnotation(ctx, own, "olm.targetNamespaces")).To(Equal(csv.Annotations["olm.targetNamespaces"]))
-
-		watched := sets.New(targets...)
-		var outside, inside []*pgv1.PostgresCluster
-		// The namespaces outside first, so that by the time the watched ones are Ready, the
-		// operator has had every chance to touch them. AllNamespaces leaves none outside.
-		for _, ns := range append([]string{own}, others...) {
-			if targets != nil && !watched.Has(ns) {
-				c := smallCluster(ns, "outside")
-				Expect(k8s.Create(ctx, c)).To(Succeed())
-				outside = append(outside, c)
-			}
+	It("OwnNamespace, SingleNamespace and MultiNamespace side by side: each reconciles its targets only; the CSV claims every mode", func(ctx SpecContext) {
+		installs := []*modeInstall{
+			{mode: "OwnNamespace", pickTargets: func(own string, _ []string) []string { return []string{own} }},
+			{mode: "SingleNamespace", pickTargets: func(_ string, others []string) []string { return others[:1] }},
+			{mode: "MultiNamespace", pickTargets: func(_ string, others []string) []string { return others }},
 		}
-		for _, ns := range reconciled(own, others) {
-			c := smallCluster(ns, "watched")
-			Expect(k8s.Create(ctx, c)).To(Succeed())
-			DeferCleanup(func(ctx SpecContext) { Expect(client.IgnoreNotFound(k8s.Delete(ctx, c))).To(Succeed()) })
-			inside = append(inside, c)
-		}
-		for _, c := range inside {
-			waitForReady(ctx, c, 5*time.Minute)
-			current := &pgv1.PostgresCluster{}
-			Expect(k8s.Get(ctx, client.ObjectKeyFromObject(c), current)).To(Succeed())
-			Expect(current.Status.OperatorVersion).To(Equal(pgversion.Version))
-		}
-		AddReportEntry(mode+": install to every watched cluster Ready", time.Since(start).Round(time.Second).String())
-		for _, c := range outside {
-			By(fmt.Sprintf("%s/%s is outside the target namespaces and stays untouched", c.Namespace, c.Name))
-		}
-		if len(outside) > 0 {
-			expectIgnored(ctx, outside...)
-		}
-		return csv
-	}
-
-	It("OwnNamespace: reconciles the operator's namespace only; the CSV claims every mode", func(ctx SpecContext) {
-		csv := installMode(ctx, "OwnNamespace",
-			func(own string, _ []string) []string { return []string{own} },
-			func(own string, _ []string) []string { return []string{own} })
+		installModes(ctx, installs...)
 		supported := sets.New[operatorsv1alpha1.InstallModeType]()
-		for _, m := range csv.Spec.InstallModes {
+		for _, m := range installs[0].csv.Spec.InstallModes {
 			if m.Supported {
 				supported.Insert(m.Type)
 			}
@@ -90,25 +45,90 @@ var _ = Describe("OLM install modes", Ordered, Label(olmLabel), func() {
 			operatorsv1alpha1.InstallModeTypeAllNamespaces))
 	})
 
-	It("SingleNamespace: reconciles one other namespace only", func(ctx SpecContext) {
-		installMode(ctx, "SingleNamespace",
-			func(_ string, others []string) []string { return others[:1] },
-			func(_ string, others []string) []string { return others[:1] })
-	})
-
-	It("MultiNamespace: reconciles the listed namespaces only", func(ctx SpecContext) {
-		installMode(ctx, "MultiNamespace",
-			func(_ string, others []string) []string { return others },
-			func(_ string, others []string) []string { return others })
-	})
-
 	// One cluster shows it; the other namespaces have nothing outside to compare with.
 	It("AllNamespaces: reconciles any namespace", func(ctx SpecContext) {
-		installMode(ctx, "AllNamespaces",
-			func(string, []string) []string { return nil },
-			func(_ string, others []string) []string { return others[1:] })
+		installModes(ctx, &modeInstall{mode: "AllNamespaces",
+			pickTargets:    func(string, []string) []string { return nil },
+			pickReconciled: func(_ string, others []string) []string { return others[1:] }})
 	})
 })
+
+// modeInstall is pgpilot installed by OLM in a namespace of its own (own) for the targets
+// pickTargets chooses among own and two other namespaces (nil: AllNamespaces). A cluster in
+// each namespace pickReconciled lists (default: the targets) must become Ready, one in every
+// namespace outside the targets must stay untouched.
+type modeInstall struct {
+	mode                        string
+	pickTargets, pickReconciled func(own string, others []string) []string
+
+	own             string
+	others, targets []string
+	start           time.Time
+	csv             *operatorsv1alpha1.ClusterServiceVersion
+	inside, outside []*pgv1.PostgresCluster
+}
+
+// installModes subscribes every install at once, then checks each: its CSV, the targets OLM
+// handed its operator, its clusters Ready, and (together, in one window) every cluster outside.
+func installModes(ctx context.Context, installs ...*modeInstall) {
+	owns := newOLMNamespaces(ctx, len(installs), "e2e-mode-op")
+	for i, m := range installs {
+		m.own = owns[i]
+		m.others = []string{newNamespace(ctx, "e2e-mode-a"), newNamespace(ctx, "e2e-mode-b")}
+		m.targets = m.pickTargets(m.own, m.others)
+		m.start = time.Now()
+		subscribe(ctx, m.own, m.targets, "", operatorsv1alpha1.ApprovalAutomatic)
+	}
+	for _, m := range installs {
+		m.csv = waitForCSV(ctx, m.own, csvName(pgversion.Version))
+		expectOperatorAvailable(ctx, m.own)
+		AddReportEntry(m.mode+": Subscription to CSV Succeeded", time.Since(m.start).Round(time.Second).String())
+		AddReportEntry(m.mode+": OLM's target namespaces", m.csv.Annotations["olm.targetNamespaces"])
+		// OLM hands the operator its targets through the pod's olm.targetNamespaces annotation,
+		// which the CSV's Deployment reads into WATCH_NAMESPACE.
+		Expect(operatorPodAnnotation(ctx, m.own, "olm.targetNamespaces")).To(Equal(m.csv.Annotations["olm.targetNamespaces"]))
+	}
+	// The clusters outside first, so that by the time the watched ones are Ready, every operator
+	// has had every chance to touch them. AllNamespaces leaves none outside.
+	var outside []*pgv1.PostgresCluster
+	for _, m := range installs {
+		watched := sets.New(m.targets...)
+		for _, ns := range append([]string{m.own}, m.others...) {
+			if m.targets != nil && !watched.Has(ns) {
+				c := smallCluster(ns, "outside")
+				Expect(k8s.Create(ctx, c)).To(Succeed())
+				outside = append(outside, c)
+			}
+		}
+	}
+	for _, m := range installs {
+		reconciled := m.targets
+		if m.pickReconciled != nil {
+			reconciled = m.pickReconciled(m.own, m.others)
+		}
+		for _, ns := range reconciled {
+			c := smallCluster(ns, "watched")
+			Expect(k8s.Create(ctx, c)).To(Succeed())
+			DeferCleanup(func(ctx SpecContext) { Expect(client.IgnoreNotFound(k8s.Delete(ctx, c))).To(Succeed()) })
+			m.inside = append(m.inside, c)
+		}
+	}
+	for _, m := range installs {
+		for _, c := range m.inside {
+			waitForReady(ctx, c, 5*time.Minute)
+			current := &pgv1.PostgresCluster{}
+			Expect(k8s.Get(ctx, client.ObjectKeyFromObject(c), current)).To(Succeed())
+			Expect(current.Status.OperatorVersion).To(Equal(pgversion.Version))
+		}
+		AddReportEntry(m.mode+": install to every watched cluster Ready", time.Since(m.start).Round(time.Second).String())
+	}
+	for _, c := range outside {
+		By(fmt.Sprintf("%s/%s is outside every install's target namespaces and stays untouched", c.Namespace, c.Name))
+	}
+	if len(outside) > 0 {
+		expectIgnored(ctx, outside...)
+	}
+}
 
 // operatorPodAnnotation reads an annotation of the operator's pod in ns.
 func operatorPodAnnotation(ctx context.Context, ns, key string) string {

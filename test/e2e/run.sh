@@ -3,8 +3,9 @@
 #
 # 1. The operator as `make deploy` installs it: brings the cluster up (or reuses the one that is
 #    up), deploys the operator from this clone's source and runs every spec but the OLM ones.
-# 2. The operator as OperatorHub users get it: removes that deployment (CRD included), installs
-#    OLM with pgpilot's catalog image (`localcluster olm`) and runs the specs labelled "olm".
+# 2. The operator as OperatorHub users get it: removes that deployment (CRD included) and runs
+#    the specs labelled "olm" against OLM with pgpilot's catalog image (`localcluster olm`,
+#    installed beside the first phase's specs).
 #
 # Both run on the node's network. The cluster is always torn down afterwards, and the run fails
 # when the host is not left as it was found.
@@ -25,30 +26,53 @@ cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 export GOFLAGS=-buildvcs=false GOTOOLCHAIN=local
 LOCALCLUSTER=$PWD/hack/localcluster/localcluster
 
-beside_pid=
-beside_log=
+# Steps that run beside others, each with its output kept in a file until it is waited for.
+declare -A bg_pid=() bg_log=()
+# in_background NAME CMD...: start CMD.
+in_background() {
+  local name=$1
+  shift
+  bg_log[$name]=$(mktemp)
+  "$@" >"${bg_log[$name]}" 2>&1 &
+  bg_pid[$name]=$!
+}
+# wait_background NAME: wait for it, print what it printed and return its status.
+wait_background() {
+  local name=$1 status=0
+  wait "${bg_pid[$name]}" || status=$?
+  cat "${bg_log[$name]}"
+  rm -f "${bg_log[$name]}"
+  unset "bg_pid[$name]" "bg_log[$name]"
+  return "$status"
+}
+wait_all_background() {
+  local name status=0
+  for name in "${!bg_pid[@]}"; do
+    echo "e2e: waiting for $name (exit status below)"
+    wait_background "$name" || { echo "e2e: $name failed" >&2; status=1; }
+  done
+  return "$status"
+}
+
 start_beside() {
   [[ -n ${E2E_BESIDE_OLM:-} ]] || return 0
-  beside_log=$(mktemp)
   echo "e2e: running beside the OLM phase: $E2E_BESIDE_OLM"
-  bash -c "$E2E_BESIDE_OLM" >"$beside_log" 2>&1 &
-  beside_pid=$!
+  in_background beside bash -c "$E2E_BESIDE_OLM"
 }
 # finish_beside waits for the command, prints what it printed and returns its status.
 finish_beside() {
-  [[ -n $beside_pid ]] || return 0
+  [[ -n ${bg_pid[beside]:-} ]] || return 0
   local status=0
-  wait "$beside_pid" || status=$?
-  beside_pid=
-  echo "e2e: what ran beside the OLM phase printed (exit status $status):"
-  cat "$beside_log"
-  rm -f "$beside_log"
+  echo "e2e: what ran beside the OLM phase printed:"
+  wait_background beside || status=$?
+  echo "e2e: $E2E_BESIDE_OLM: exit status $status"
   return "$status"
 }
 
 teardown() {
   local status=$?
   finish_beside || status=1
+  wait_all_background || status=1
   if [[ ${E2E_KEEP_CLUSTER:-} == 1 ]]; then
     echo "e2e: E2E_KEEP_CLUSTER=1: leaving the cluster up ($LOCALCLUSTER down to remove it)"
   elif ! "$LOCALCLUSTER" down; then
@@ -87,21 +111,30 @@ start=$SECONDS
 "$LOCALCLUSTER" up
 "$LOCALCLUSTER" tag-image "$E2E_POSTGRES_IMAGE" "$E2E_POSTGRES_SECOND_TAG"
 if [[ " $phases " == *" deploy "* ]]; then
-  # A second node, for the spec that cuts the power of the primary's node.
-  "$LOCALCLUSTER" worker add
+  # A second node, for the spec that cuts the power of the primary's node, and the S3 service
+  # of the backup specs, which stop and start it: both mostly wait, so beside the deployment.
+  in_background worker "$LOCALCLUSTER" worker add
+  in_background s3 "$LOCALCLUSTER" s3 up
   export E2E_LOCALCLUSTER=$LOCALCLUSTER
   "$LOCALCLUSTER" deploy
-  # The S3 service of the backup specs, which stop and start it.
-  "$LOCALCLUSTER" s3 up
+  wait_background worker
+  wait_background s3
   echo "e2e: cluster and operator ready in $((SECONDS - start))s"
+  # OLM and pgpilot's catalog come up beside the specs (they touch nothing of pgpilot's until
+  # the OLM phase subscribes), so that phase starts at once.
+  if [[ " $phases " == *" olm "* ]]; then in_background olm "$LOCALCLUSTER" olm; fi
   run_specs '!olm' "${E2E_PROCS:-3}"
   "$LOCALCLUSTER" undeploy
 fi
 if [[ " $phases " == *" olm "* ]]; then
   start=$SECONDS
+  if [[ -n ${bg_pid[olm]:-} ]]; then
+    wait_background olm
+  else
+    "$LOCALCLUSTER" olm
+  fi
+  echo "e2e: OLM and pgpilot's catalog ready $((SECONDS - start))s after the deploy phase"
   start_beside
-  "$LOCALCLUSTER" olm
-  echo "e2e: OLM and pgpilot's catalog ready in $((SECONDS - start))s"
   # shellcheck source=/dev/null
   source <("$LOCALCLUSTER" registry)
   export E2E_REGISTRY=$REGISTRY_ADDR E2E_REGISTRY_CA=$REGISTRY_CA E2E_INDEX_IMAGE=$OPM_INDEX_IMAGE
@@ -109,5 +142,5 @@ if [[ " $phases " == *" olm "* ]]; then
   export E2E_OPERATOR_SDK
   run_specs olm 1
 fi
-[[ -n $beside_pid ]] || start_beside
+[[ -n ${bg_pid[beside]:-} ]] || start_beside
 finish_beside

@@ -12,7 +12,7 @@ declare -A IMAGE_REF IMAGE_TAR
 assemble_image() {
   local ref=$1 rootfs=$2 out=$3 work
   shift 3
-  work=$(mktemp -d "$IMAGE_CACHE/work.XXXXXX")
+  work=$(mktemp -d "$IMAGE_CACHE/work.$$.XXXXXX")
   umoci init --layout "$work/oci"
   umoci new --image "$work/oci:img"
   umoci insert --image "$work/oci:img" "$rootfs" /
@@ -63,7 +63,7 @@ build_operator_image() {
 # new_root: an empty root filesystem folder in the image cache.
 new_root() {
   local root
-  root=$(mktemp -d "$IMAGE_CACHE/root.XXXXXX") && chmod 0755 "$root"
+  root=$(mktemp -d "$IMAGE_CACHE/root.$$.XXXXXX") && chmod 0755 "$root"
   echo "$root"
 }
 
@@ -120,8 +120,8 @@ image() {
   if [[ ! -f $tar ]]; then
     log "building image $ref"
     local start=$SECONDS
-    "$builder" "$ref" "$tar.partial"
-    mv "$tar.partial" "$tar"
+    "$builder" "$ref" "$tar.partial.$$"
+    mv "$tar.partial.$$" "$tar"
     log "built image $name in $((SECONDS - start))s ($(du -h "$tar" | cut -f1))"
     # Keep the three newest tarballs of an image (switching branches stays cheap), not every one.
     find "$IMAGE_CACHE" -maxdepth 1 -name "$name-????????????.tar" -printf '%T@ %p\n' |
@@ -131,11 +131,29 @@ image() {
   IMAGE_TAR[$name]=$tar
 }
 
+# remove_stale_scratch: the scratch folders and partial tarballs of interrupted builds. Each is
+# named by the process that makes it (root.PID.*, work.PID.*, *.tar.partial.PID), so a build
+# that another localcluster command runs at the same time (the e2e run brings OLM up beside its
+# specs) keeps its own.
+remove_stale_scratch() {
+  local path base pid
+  for path in "$IMAGE_CACHE"/root.* "$IMAGE_CACHE"/work.* "$IMAGE_CACHE"/*.tar.partial*; do
+    [[ -e $path ]] || continue
+    base=${path##*/}
+    case $base in
+      *.tar.partial.*) pid=${base##*.} ;;
+      *) pid=${base#*.} && pid=${pid%%.*} ;;
+    esac
+    if [[ ! $pid =~ ^[0-9]+$ ]] || ! kill -0 "$pid" 2>/dev/null; then
+      rm -rf "$path"
+    fi
+  done
+}
+
 # build_images: the images the cluster itself needs, and the e2e client.
 build_images() {
   mkdir -p "$IMAGE_CACHE"
-  # Scratch folders an interrupted build left behind.
-  rm -rf "$IMAGE_CACHE"/root.* "$IMAGE_CACHE"/work.* "$IMAGE_CACHE"/*.tar.partial
+  remove_stale_scratch
   image pause pause "$(sha256sum <"$(bin pause)")" build_pause_image
   image coredns coredns "$COREDNS_VERSION $(sha256sum <"$(bin coredns)")" build_coredns_image
   image local-path-provisioner local-path-provisioner \
@@ -153,11 +171,12 @@ postgres_image_inputs() {
   apt-cache policy postgresql-15 pgbackrest 2>/dev/null | awk '/Candidate/ {print $2}'
 }
 
-# build_operator_binaries SRC OUT: the Dockerfile's binaries from the tree SRC, with its flags
-# (static, CGO off, -trimpath -s -w): ./cmd as OUT/manager and, when SRC has it, ./cmd/agent as
-# OUT/agent.
+# build_operator_binaries SRC OUT: the Dockerfile's binaries from the tree SRC, static (CGO off,
+# -s -w): ./cmd as OUT/manager and, when SRC has it, ./cmd/agent as OUT/agent. Unlike the
+# Dockerfile, without -trimpath: the Makefile's go test and vet compile with CGO off and no
+# -trimpath too, so on a cold cache the dependencies are compiled once for all of them.
 build_operator_binaries() {
-  local src=$1 out=$2 build=(env CGO_ENABLED=0 go build -trimpath -ldflags "-s -w")
+  local src=$1 out=$2 build=(env CGO_ENABLED=0 go build -ldflags "-s -w")
   (cd "$src" && "${build[@]}" -o "$out/manager" ./cmd)
   if [[ -d $src/cmd/agent ]]; then
     (cd "$src" && "${build[@]}" -o "$out/agent" ./cmd/agent)

@@ -159,7 +159,7 @@ build_olm_images() {
   RELEASE_REF[ubi-standin]=registry.access.redhat.com/ubi9/ubi:9.7
   image scorecard-test scorecard-test "$(sha256sum <"$(tool_dir operator-sdk)/scorecard-test")" build_scorecard_test_image
   RELEASE_REF[scorecard-test]=quay.io/operator-framework/scorecard-test:$sdk_version
-  (cd "$REPO_ROOT" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" \
+  (cd "$REPO_ROOT" && CGO_ENABLED=0 go build -ldflags "-s -w" \
     -o "$STATE/build/pgpilot-scorecard-tests" ./test/scorecard)
   version=$(<"$REPO_ROOT/internal/version/VERSION")
   mapfile -t made < <(make_vars CATALOG_IMG SCORECARD_IMG IMG)
