@@ -96,8 +96,9 @@ print-%: ## Print a variable as the Makefile computes it (tests read IMAGE_TAG_B
 PROMETHEUS_OPERATOR_CRDS = test/crds/prometheus-operator
 
 .PHONY: manifests
-manifests: controller-gen ## Generate WebhookConfiguration, ClusterRole and CustomResourceDefinition objects.
+manifests: controller-gen ## Generate WebhookConfiguration, ClusterRole and CustomResourceDefinition objects, and the Grafana dashboard.
 	$(CONTROLLER_GEN) rbac:roleName=manager-role crd webhook paths="./..." output:crd:artifacts:config=config/crd/bases
+	mkdir -p config/grafana && go run ./hack/grafana > config/grafana/pgpilot.json.tmp && mv config/grafana/pgpilot.json.tmp config/grafana/pgpilot.json
 	@# The envtest suites' Prometheus operator CRDs: no module served here holds its CRD manifests,
 	@# so they are made from its API types, at go.mod's version, by the same controller-gen.
 	rm -rf $(PROMETHEUS_OPERATOR_CRDS)/.all
