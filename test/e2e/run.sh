@@ -69,16 +69,24 @@ finish_beside() {
   return "$status"
 }
 
-teardown() {
-  local status=$?
-  finish_beside || status=1
-  wait_all_background || status=1
+# take_down removes the cluster (once), unless E2E_KEEP_CLUSTER=1, and checks the host.
+cluster_taken_down=
+take_down() {
+  [[ -z $cluster_taken_down ]] || return 0
+  cluster_taken_down=1
   if [[ ${E2E_KEEP_CLUSTER:-} == 1 ]]; then
     echo "e2e: E2E_KEEP_CLUSTER=1: leaving the cluster up ($LOCALCLUSTER down to remove it)"
   elif ! "$LOCALCLUSTER" down; then
     echo "e2e: tearing down left the host different from before the cluster came up" >&2
-    status=1
+    return 1
   fi
+}
+
+teardown() {
+  local status=$?
+  finish_beside || status=1
+  wait_all_background || status=1
+  take_down || status=1
   exit "$status"
 }
 
@@ -98,8 +106,10 @@ E2E_POSTGRES_SECOND_TAG=${E2E_POSTGRES_IMAGE%:*}:e2e-second-tag
 # The specs are built on the host (the module proxy is not reachable from the node's namespace)
 # and run inside it, where the API server and Services are, by the ginkgo CLI of go.mod's
 # version, which runs a precompiled suite in its package's directory.
-go build -o bin/ginkgo github.com/onsi/ginkgo/v2/ginkgo
-go test -c -tags e2e -o test/e2e/e2e.test ./test/e2e/
+build_suite() {
+  go build -o bin/ginkgo github.com/onsi/ginkgo/v2/ginkgo
+  go test -c -tags e2e -o test/e2e/e2e.test ./test/e2e/
+}
 run_specs() {
   # shellcheck disable=SC2086 # E2E_GINKGO_FLAGS is a list of flags
   "$LOCALCLUSTER" exec -- "$PWD/bin/ginkgo" --procs="$2" --timeout=40m -v --no-color \
@@ -108,7 +118,10 @@ run_specs() {
 
 phases=${E2E_PHASES:-deploy olm}
 start=$SECONDS
+# The cluster's daemons mostly start and wait: the suite compiles beside them.
+in_background suite build_suite
 "$LOCALCLUSTER" up
+wait_background suite
 "$LOCALCLUSTER" tag-image "$E2E_POSTGRES_IMAGE" "$E2E_POSTGRES_SECOND_TAG"
 if [[ " $phases " == *" deploy "* ]]; then
   # A second node, for the spec that cuts the power of the primary's node, and the S3 service
@@ -142,5 +155,7 @@ if [[ " $phases " == *" olm "* ]]; then
   export E2E_OPERATOR_SDK
   run_specs olm 1
 fi
+# What runs beside needs no cluster: it gets the CPU the cluster's daemons would take.
+take_down
 [[ -n ${bg_pid[beside]:-} ]] || start_beside
 finish_beside
