@@ -34,7 +34,7 @@ func TestCSVIsComplete(t *testing.T) {
 		}
 		a := csv.Annotations
 		wantAnnotations := map[string]string{
-			"capabilities":   "Basic Install", // it deploys and configures; no backups, no failover yet
+			"capabilities":   "Deep Insights", // failover, backups and restores, metrics, alerts, dashboard, JSON logs
 			"categories":     "Database",
 			"containerImage": operatorImage,
 			"createdAt":      makeVar(t, "BUNDLE_CREATED_AT"),
