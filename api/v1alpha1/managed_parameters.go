@@ -2,7 +2,7 @@ package v1alpha1
 
 // ManagedParameters are the PostgreSQL settings pgpilot sets itself: the operator's
 // postgresql.conf (replication, addresses, password hashing), the instance agent (where the
-// data, the files, the socket and the port are), or recovery, which failover and restores
+// data, the files, the socket, the port and the log are), or recovery, which failover and restores
 // drive. spec.postgresql.parameters may not set them. The CRD rejects each with one
 // XValidation rule on PostgreSQLSpec.Parameters, and the other spellings of each (PostgreSQL
 // names are case-insensitive) with one rule on PostgreSQLSpec; a test checks that the generated
@@ -28,6 +28,13 @@ var ManagedParameters = []string{
 	"synchronous_standby_names",
 	"archive_mode",
 	"archive_command",
+	// The agent reads PostgreSQL's JSON log from named pipes (postgres.Instance.CollectLogs).
+	"logging_collector",
+	"log_destination",
+	"log_directory",
+	"log_filename",
+	"log_rotation_age",
+	"log_rotation_size",
 }
 
 // ManagedParameterMessage is what the API server says when spec.postgresql.parameters sets

@@ -42,8 +42,6 @@ var defaultParameters = map[string]string{
 	"max_wal_senders":       "10",
 	"max_replication_slots": "10",
 	"wal_keep_size":         "512MB",
-	"logging_collector":     "off",
-	"log_destination":       "stderr",
 	// Failover reads these (docs/high-availability.md): a standby replies every second even when
 	// idle, so that a primary cut off from the API server sees its peers, and both ends notice a
 	// broken replication connection within 10 s instead of a minute.

@@ -74,6 +74,9 @@ type PostgresClusterReconciler struct {
 	// (PodMonitorsServed), so clusters may ask for one.
 	PodMonitors bool
 
+	// logNotices are the notable PostgreSQL log records already announced (lognotices.go).
+	logNotices logNoticesSeen
+
 	leaseOnce    sync.Once
 	leaseTracker *leaseTracker
 	// leaseAlarms carries the clusters whose primary Lease stopped being renewed.
@@ -112,6 +115,7 @@ func (r *PostgresClusterReconciler) stages() []stage {
 		{"switchover", r.switchover},
 		{"failover", r.failover},
 		{"rejoins", r.announceRejoins},
+		{"lognotices", r.announceLogNotices},
 		{"primary", r.decidePrimary},
 		{"credentials", r.announceRotation},
 		{"slots", r.dropRemovedSlots},

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -16,6 +17,7 @@ import (
 // is left is to stop re-creating children and to say so in the status.
 func (r *PostgresClusterReconciler) reconcileDelete(ctx context.Context, cluster *pgv1.PostgresCluster) (ctrl.Result, error) {
 	r.leases().forget(cluster.UID)
+	r.logNotices.forget(types.NamespacedName{Namespace: cluster.Namespace, Name: cluster.Name})
 	if cluster.Status.Phase == pgv1.PhaseDeleting {
 		return ctrl.Result{}, nil
 	}

@@ -4,12 +4,15 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
@@ -23,6 +26,7 @@ import (
 // Custom queries end to end: a ConfigMap of postgres_exporter-style queries, projected into the
 // instance, exported beside pgpilot's metrics; a change of the ConfigMap is exported without a
 // restart, and a query that fails shows in pgpilot_query_error and the Monitoring condition.
+// Then the instance's log: JSON lines, and an Event of a failed login.
 var _ = Describe("Custom queries", Ordered, func() {
 	var cluster *pgv1.PostgresCluster
 	queries := &corev1.ConfigMap{}
@@ -91,6 +95,36 @@ var _ = Describe("Custom queries", Ordered, func() {
 		Expect(pod.Status.ContainerStatuses[0].RestartCount).To(BeZero())
 		Expect(pod.Status.ContainerStatuses[0].State.Running).NotTo(BeNil())
 		Expect(pod.Status.ContainerStatuses[0].State.Running.StartedAt).To(Equal(started), "the instance restarted")
+	})
+
+	It("logs one JSON line per record, PostgreSQL's too, and makes an Event of a failed login", func(ctx SpecContext) {
+		since := time.Now()
+		connInfo := rwConnInfo(ctx, cluster, "app", "app")
+		conn, err := pgx.Connect(ctx, strings.Replace(connInfo, "password=", "password=wrong", 1))
+		if err == nil {
+			_ = conn.Close(ctx)
+		}
+		Expect(err).To(MatchError(ContainSubstring("password authentication failed")))
+		Eventually(func(g Gomega) {
+			g.Expect(clusterEventReasons(ctx, cluster, since)).To(ContainElement("AuthenticationFailed"))
+		}).WithTimeout(2 * time.Minute).Should(Succeed())
+
+		logs, err := clientset.CoreV1().Pods(cluster.Namespace).GetLogs(cluster.Name+"-0",
+			&corev1.PodLogOptions{Container: "postgres"}).DoRaw(ctx)
+		Expect(err).NotTo(HaveOccurred())
+		var failedLogin map[string]any
+		for line := range strings.Lines(string(logs)) {
+			var record map[string]any
+			Expect(json.Unmarshal([]byte(line), &record)).To(Succeed(), "not a JSON line: %q", line)
+			Expect(record).To(HaveKeyWithValue("cluster", cluster.Name), "line %q", line)
+			Expect(record).To(HaveKeyWithValue("instance", cluster.Name+"-0"), "line %q", line)
+			if fields, ok := record["record"].(map[string]any); ok && fields["state_code"] == "28P01" {
+				failedLogin = record
+			}
+		}
+		Expect(failedLogin).NotTo(BeNil(), "no record of the failed login in the container's log")
+		Expect(failedLogin).To(HaveKeyWithValue("level", "ERROR"))
+		Expect(failedLogin["msg"]).To(ContainSubstring("password authentication failed"))
 	})
 })
 

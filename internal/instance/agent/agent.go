@@ -103,6 +103,8 @@ type Agent struct {
 	repository repositoryState
 	// customQueries feed the metrics exporter the user's queries, once it serves (metrics.go).
 	customQueries atomic.Pointer[customQueries]
+	// postgresLog turns PostgreSQL's log into the agent's and counts notable records (logs.go).
+	postgresLog *postgresLog
 }
 
 // Run bootstraps the instance if its data directory is empty, serves the API, starts
@@ -111,6 +113,9 @@ type Agent struct {
 // an error when a standby's PostgreSQL stops on its own, so that the container restarts; a
 // primary's is fenced instead, for the operator to fail over.
 func (a *Agent) Run(ctx context.Context) error {
+	if err := a.collectPostgresLog(); err != nil {
+		return err
+	}
 	if _, err := a.readCredentials(); err != nil {
 		return err
 	}
@@ -325,6 +330,7 @@ func (a *Agent) Status(ctx context.Context) (*agentapi.Status, error) {
 	if queries := a.customQueries.Load(); queries != nil {
 		status.Metrics = queries.status()
 	}
+	status.LogNotices = a.logNotices()
 	return status, nil
 }
 

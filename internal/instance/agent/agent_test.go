@@ -203,8 +203,10 @@ func TestAgentsBootstrapReplicateReloadAndReport(t *testing.T) {
 // parameter can never contradict it.
 func TestInstanceSettingsAreManagedParameters(t *testing.T) {
 	inst := agent.NewInstance(agentapi.Config{DataDir: "/data", ConfigDir: "/etc/pgpilot", SocketDir: "/run", PostgresPort: 5432})
-	// postgres.Instance adds the port and the socket directory itself.
-	for _, name := range append(slices.Collect(maps.Keys(inst.Settings)), "port", "unix_socket_directories") {
+	// postgres.Instance adds the port and the socket directory itself, and the logging settings
+	// when the agent collects the log (Agent.Run).
+	set := append(slices.Collect(maps.Keys(inst.Settings)), "port", "unix_socket_directories")
+	for _, name := range append(set, postgres.LogSettings()...) {
 		if !slices.Contains(pgv1.ManagedParameters, name) {
 			t.Errorf("the agent sets %s, which pgv1.ManagedParameters does not reserve", name)
 		}

@@ -152,7 +152,7 @@ func (a *Agent) fencedStatus() *agentapi.Status {
 		return nil
 	}
 	return &agentapi.Status{Fenced: true, FencedReason: f.Reason, LeaseTransitions: f.Transitions,
-		Rejoined: a.lastRejoin()}
+		Rejoined: a.lastRejoin(), LogNotices: a.logNotices()}
 }
 
 // keeper is the agent's LeaseKeeper, over Leases, for this instance.

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"regexp"
 	"strings"
+	"time"
 )
 
 // Paths of the agent's HTTP API. The probes are unauthenticated (the kubelet calls them); the
@@ -100,7 +101,31 @@ type Status struct {
 	// Metrics is how the exporter fares with the user's custom queries; nil without any (and
 	// from an agent older than this field).
 	Metrics *MetricsStatus `json:"metrics,omitempty"`
+	// LogNotices are the kinds of notable PostgreSQL log records the agent has seen since it
+	// started (authentication failures, archive_command failures, a full disk, PANICs), which
+	// the operator turns into Events; nil from an agent older than this field.
+	LogNotices []LogNotice `json:"logNotices,omitempty"`
 }
+
+// LogNotice counts one kind of notable PostgreSQL log record.
+type LogNotice struct {
+	// Reason is the kind, also the Event's reason: one of the LogNotice* constants.
+	Reason string `json:"reason"`
+	// Message is the latest such record's, with its client where it has one.
+	Message string `json:"message"`
+	// Count is how many such records the agent has seen since it started.
+	Count int64 `json:"count"`
+	// Last is when PostgreSQL logged the latest.
+	Last time.Time `json:"last"`
+}
+
+// The kinds of LogNotice.
+const (
+	LogNoticeAuthenticationFailed = "AuthenticationFailed"
+	LogNoticeArchiveCommandFailed = "ArchiveCommandFailed"
+	LogNoticeDiskFull             = "DiskFull"
+	LogNoticePanic                = "PostgreSQLPanic"
+)
 
 // MetricsStatus is what the operator needs to tell the user about their custom queries.
 type MetricsStatus struct {
