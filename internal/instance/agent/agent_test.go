@@ -49,6 +49,17 @@ func do(req *http.Request) (int, string, error) {
 	return resp.StatusCode, string(body), nil
 }
 
+// waitReady waits until the agent's readiness probe answers 200.
+func waitReady(t *testing.T, r *pgtest.RunningAgent) {
+	t.Helper()
+	pgtest.Eventually(t, "agent ready at "+r.URL, func() error {
+		if code, body, err := get(r.URL+agentapi.PathReadiness, ""); err != nil || code != http.StatusOK {
+			return fmt.Errorf("%d %s (%v)", code, body, err)
+		}
+		return nil
+	})
+}
+
 func status(r *pgtest.RunningAgent) (*agentapi.Status, error) {
 	code, body, err := get(r.URL+agentapi.PathStatus, token)
 	if err != nil {
@@ -71,13 +82,7 @@ func TestAgentsBootstrapReplicateReloadAndReport(t *testing.T) {
 	standby := pgtest.StartAgent(t, agentConfig(t, "db-1", standbyInst, primaryInst.Port), standbyInst, leases)
 
 	for _, r := range []*pgtest.RunningAgent{primary, standby} {
-		pgtest.Eventually(t, "agent ready at "+r.URL, func() error {
-			code, body, err := get(r.URL+agentapi.PathReadiness, "")
-			if err == nil && code != http.StatusOK {
-				err = fmt.Errorf("%d %s", code, body)
-			}
-			return err
-		})
+		waitReady(t, r)
 	}
 
 	for _, c := range []struct{ name, bearer string }{{"no token", ""}, {"wrong token", "nope"}} {

@@ -122,12 +122,7 @@ func startArchivingAgent(t *testing.T, s3 *pgtest.S3Server, cluster string, b ag
 	pgtest.WriteBackupConfig(t, cfg, b, s3)
 	pgtest.ArchiveThroughAgent(inst, cfg, agentBinary)
 	r := pgtest.StartAgent(t, cfg, inst, pgtest.NewMemoryLeases(cfg.PodName), func(o *agent.Options) { o.Executable = agentBinary })
-	pgtest.Eventually(t, "agent ready", func() error {
-		if code, body, err := get(r.URL+agentapi.PathReadiness, ""); err != nil || code != http.StatusOK {
-			return fmt.Errorf("%d %s (%v)", code, body, err)
-		}
-		return nil
-	})
+	waitReady(t, r)
 	return r
 }
 

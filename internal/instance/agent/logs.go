@@ -72,9 +72,10 @@ type jsonRecord struct {
 // record logs one jsonlog line: its message as the line's, the rest of its fields under
 // "record".
 func (p *postgresLog) record(line []byte) {
+	line = bytes.TrimSpace(line)
 	var fields map[string]any
-	if err := json.Unmarshal(bytes.TrimSpace(line), &fields); err != nil {
-		p.log.Warn(string(bytes.TrimSpace(line)), "stream", "collector", "parseError", err.Error())
+	if err := json.Unmarshal(line, &fields); err != nil {
+		p.log.Warn(string(line), "stream", "collector", "parseError", err.Error())
 		return
 	}
 	text := func(key string) string { s, _ := fields[key].(string); return s }

@@ -3,7 +3,6 @@ package agent_test
 import (
 	"context"
 	"fmt"
-	"net/http"
 	"slices"
 	"strings"
 	"testing"
@@ -20,12 +19,7 @@ func TestAgentReportsFailedLogins(t *testing.T) {
 	ctx := context.Background()
 	inst := pgtest.NewInstance(t, "db-0")
 	a := pgtest.StartAgent(t, agentConfig(t, "db-0", inst, inst.Port), inst, pgtest.NewMemoryLeases("db-0"))
-	pgtest.Eventually(t, "agent ready", func() error {
-		if code, body, err := get(a.URL+agentapi.PathReadiness, ""); err != nil || code != http.StatusOK {
-			return fmt.Errorf("%d %s (%v)", code, body, err)
-		}
-		return nil
-	})
+	waitReady(t, a)
 	for range 2 {
 		if conn, err := postgres.Connect(ctx, inst.Port, "app", "wrong", "app"); err == nil {
 			_ = conn.Close(ctx)

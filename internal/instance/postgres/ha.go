@@ -183,8 +183,5 @@ func (i *Instance) writeOwned(path, content string, mode os.FileMode) error {
 	if err := os.WriteFile(path, []byte(content), mode); err != nil {
 		return err
 	}
-	if i.RunAs != nil {
-		return os.Chown(path, int(i.RunAs.Uid), int(i.RunAs.Gid))
-	}
-	return nil
+	return i.chown(path)
 }
