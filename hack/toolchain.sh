@@ -11,6 +11,7 @@
 #   hack/toolchain.sh grpc-health-probe  grpc_health_probe (the opm image's catalog pod probe)
 #   hack/toolchain.sh envtest        a KUBEBUILDER_ASSETS folder (kube-apiserver, etcd, kubectl)
 #   hack/toolchain.sh versitygw      VersityGW, the S3 server of the backup tests
+#   hack/toolchain.sh prometheus     the Prometheus server of the e2e monitoring specs
 set -euo pipefail
 
 KUBERNETES_VERSION=v1.37.2
@@ -97,6 +98,20 @@ build_versitygw() {
     github.com/versity/versitygw/cmd/versitygw)
 }
 
+# Prometheus at the version of go.mod (the one whose PromQL parser checks the dashboard), built
+# with pgpilot's own go.mod, so with the versions of the modules the tests compile, and without
+# -trimpath: it shares their compiled packages. A copy of go.mod and go.sum (-modfile) takes the
+# sums of the modules only the server needs, so the clone stays as it is. Kubernetes is its only
+# service discovery: the others pull in every cloud's SDK.
+build_prometheus() {
+  local modfile
+  modfile=$(mktemp -d)
+  cp "$HACK_DIR/../go.mod" "$HACK_DIR/../go.sum" "$modfile/"
+  (cd "$HACK_DIR/.." && go build -mod=mod -modfile="$modfile/go.mod" -tags remove_all_sd,enable_kubernetes_sd \
+    -ldflags "-s -w" -o "$1/prometheus" github.com/prometheus/prometheus/cmd/prometheus)
+  rm -rf "$modfile"
+}
+
 # envtest wants one folder with kube-apiserver, etcd and kubectl; link them from their caches.
 build_envtest() {
   local k8s etcd
@@ -114,6 +129,7 @@ case "${1:-}" in
   olm) build_once olm "$OLM_VERSION" build_olm ;;
   grpc-health-probe) build_once grpc-health-probe "$GRPC_HEALTH_PROBE_VERSION" build_grpc_health_probe ;;
   versitygw) build_once versitygw "$VERSITYGW_VERSION" build_versitygw ;;
+  prometheus) build_once prometheus "$(cd "$HACK_DIR/.." && go list -m -f '{{.Version}}' github.com/prometheus/prometheus)" build_prometheus ;;
   envtest) build_once envtest "$KUBERNETES_VERSION-etcd-$ETCD_VERSION" build_envtest ;;
-  *) echo "usage: $0 kubernetes|kubernetes-node|etcd|operator-sdk|opm|olm|grpc-health-probe|versitygw|envtest" >&2; exit 2 ;;
+  *) echo "usage: $0 kubernetes|kubernetes-node|etcd|operator-sdk|opm|olm|grpc-health-probe|versitygw|prometheus|envtest" >&2; exit 2 ;;
 esac

@@ -84,8 +84,7 @@ func run(ctx context.Context, log logr.Logger) error {
 			return err
 		}
 	}
-	// Every line of the container's log says whose it is (PostgreSQL's records too).
-	log = log.WithValues("cluster", cfg.ClusterName, "instance", cfg.PodName)
+	log = agent.WithIdentity(log, cfg)
 	leases, err := agent.NewKubeLeases(cfg.Namespace, agentapi.LeaseName(cfg.ClusterName))
 	if err != nil {
 		return fmt.Errorf("primary lease: %w", err)

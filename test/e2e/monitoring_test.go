@@ -15,6 +15,9 @@ import (
 	"github.com/jackc/pgx/v5"
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	monitoringv1 "github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring/v1"
+	promv1 "github.com/prometheus/client_golang/api/prometheus/v1"
+	"github.com/prometheus/common/model"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -23,12 +26,15 @@ import (
 	pgv1 "github.com/pgpilot/pgpilot-operator/api/v1alpha1"
 )
 
-// Custom queries end to end: a ConfigMap of postgres_exporter-style queries, projected into the
-// instance, exported beside pgpilot's metrics; a change of the ConfigMap is exported without a
-// restart, and a query that fails shows in pgpilot_query_error and the Monitoring condition.
-// Then the instance's log: JSON lines, and an Event of a failed login.
-var _ = Describe("Custom queries", Ordered, func() {
+// Monitoring end to end, on one two-instance cluster. Custom queries: a ConfigMap of
+// postgres_exporter-style queries, projected into the instances, exported beside pgpilot's
+// metrics; a change of the ConfigMap is exported without a restart, and a query that fails shows
+// in pgpilot_query_error and the Monitoring condition. The instance's log: JSON lines, and an
+// Event of a failed login. Then a real Prometheus scrapes what the cluster's PodMonitor and the
+// operator's ServiceMonitor describe, and evaluates pgpilot's alerts.
+var _ = Describe("Monitoring", Ordered, SpecPriority(slowSpecs), func() {
 	var cluster *pgv1.PostgresCluster
+	var prometheus *prometheusServer
 	queries := &corev1.ConfigMap{}
 	queryFile := func(value int, broken bool) string {
 		file := fmt.Sprintf("app_greeting:\n  query: \"SELECT %d AS value\"\n  metrics:\n    - value: {usage: GAUGE}\n", value)
@@ -52,12 +58,20 @@ var _ = Describe("Custom queries", Ordered, func() {
 		Expect(k8s.Create(ctx, queries)).To(Succeed())
 		cluster = loadSample(ns)
 		cluster.Name = "metrics"
-		cluster.Spec.Instances = 1
+		cluster.Spec.Instances = 2
 		cluster.Spec.Storage.ReclaimPolicy = pgv1.PVCReclaimDelete
+		cluster.Spec.Monitoring.PodMonitor = &pgv1.PodMonitorSpec{Enabled: true, Interval: "5s"}
 		cluster.Spec.Monitoring.CustomQueries = []pgv1.CustomQueriesSource{{ConfigMap: &corev1.ConfigMapKeySelector{
 			LocalObjectReference: corev1.LocalObjectReference{Name: queries.Name}, Key: "queries.yaml"}}}
 		Expect(k8s.Create(ctx, cluster)).To(Succeed())
 		waitForReady(ctx, cluster, 6*time.Minute)
+
+		// Prometheus lives as long as this container (the cleanups of BeforeAll run after it).
+		podMonitor := &monitoringv1.PodMonitor{}
+		Eventually(func(g Gomega) {
+			g.Expect(k8s.Get(ctx, client.ObjectKeyFromObject(cluster), podMonitor)).To(Succeed())
+		}).WithTimeout(time.Minute).Should(Succeed())
+		prometheus = startPrometheus(ctx, podMonitor)
 	})
 	AfterEach(dumpOnFailure)
 
@@ -126,7 +140,110 @@ var _ = Describe("Custom queries", Ordered, func() {
 		Expect(failedLogin).To(HaveKeyWithValue("level", "ERROR"))
 		Expect(failedLogin["msg"]).To(ContainSubstring("password authentication failed"))
 	})
+
+	It("is scraped by a real Prometheus: every instance through the PodMonitor, a lag series per replica, the operator's authenticated endpoint", func(ctx SpecContext) {
+		pods, replicas := clusterPodNames(ctx, cluster)
+		instances := fmt.Sprintf(`{namespace=%q, pgpilot_cluster=%q}`, cluster.Namespace, cluster.Name)
+		operator := fmt.Sprintf(`{job="serviceMonitor/%s/pgpilot-operator-controller-manager-metrics-monitor/0"}`, operatorNamespace)
+		Eventually(func(g Gomega) {
+			g.Expect(labelValues(prometheus.query(g, ctx, "up"+instances+" == 1"), "pod")).To(ConsistOf(pods))
+			g.Expect(labelValues(prometheus.query(g, ctx, "pgpilot_up"+instances+" == 1"), "pod")).To(ConsistOf(pods))
+			g.Expect(labelValues(prometheus.query(g, ctx, "app_greeting_value"+instances), "pod")).To(ConsistOf(pods))
+			for _, lag := range []string{"pgpilot_replication_lag_bytes", "pgpilot_replication_lag_seconds"} {
+				g.Expect(labelValues(prometheus.query(g, ctx, lag+instances), "application_name")).To(ConsistOf(replicas), lag)
+			}
+			g.Expect(prometheus.query(g, ctx, "up"+operator+" == 1")).To(HaveLen(1), "the operator's endpoint is not scraped")
+			g.Expect(prometheus.query(g, ctx, "pgpilot_reconcile_stage_outcomes_total"+operator)).NotTo(BeEmpty())
+		}).WithTimeout(time.Minute).WithPolling(time.Second).Should(Succeed())
+		for _, cost := range []string{"scrape_duration_seconds", "scrape_samples_scraped"} {
+			for _, sample := range prometheus.query(Default, ctx, cost+instances) {
+				AddReportEntry(fmt.Sprintf("prometheus: %s of %s", cost, sample.Metric["pod"]), sample.Value.String())
+			}
+		}
+	})
+
+	// A standby whose PostgreSQL stops restarts its container at once (the agent exits), so a
+	// replica that stays out of streaming is one whose connections to PostgreSQL elsewhere are
+	// reset: its server runs and answers the exporter, its WAL receiver cannot connect.
+	It("fires PgpilotReplicaNotStreaming within its for: and a scrape when a replica stops streaming, and resolves it when it streams again", func(ctx SpecContext) {
+		const alert = "PgpilotReplicaNotStreaming"
+		hold := alertFor(alert)
+		_, replicas := clusterPodNames(ctx, cluster)
+		replica := &corev1.Pod{}
+		Expect(k8s.Get(ctx, client.ObjectKey{Namespace: cluster.Namespace, Name: replicas[0]}, replica)).To(Succeed())
+		Expect(prometheus.alertState(Default, ctx, alert, replica.Name)).To(BeEmpty(), "firing before the fault")
+		_, agent := findPostmaster(replica)
+		netns := fmt.Sprintf("/proc/%d/ns/net", agent)
+
+		cutReplication(netns, true)
+		DeferCleanup(cutReplication, netns, false)
+		cut := time.Now()
+		Eventually(func(g Gomega) {
+			g.Expect(instanceMetrics(g, ctx, cluster, replica.Name)).To(ContainSubstring("\npgpilot_wal_receiver_up 0\n"))
+		}).WithTimeout(time.Minute).WithPolling(time.Second).Should(Succeed())
+		stopped := time.Now()
+		AddReportEntry("prometheus: the replica's agent exported wal_receiver_up 0 after the cut", stopped.Sub(cut).Round(time.Second).String())
+		// Pending from the first evaluation after the first scrape that sees 0, firing `for:` later.
+		deadline := hold + 5*time.Second + prometheusInterval + time.Second
+		Eventually(func(g Gomega) {
+			g.Expect(prometheus.alertState(g, ctx, alert, replica.Name)).To(Equal(promv1.AlertStateFiring))
+		}).WithTimeout(deadline).WithPolling(time.Second).Should(Succeed())
+		firedAfter := time.Since(stopped)
+		AddReportEntry("prometheus: "+alert+" fired after the replica stopped streaming", firedAfter.Round(time.Second).String())
+		Expect(firedAfter).To(BeNumerically(">=", hold-2*time.Second), "fired before its for:")
+
+		cutReplication(netns, false)
+		healed := time.Now()
+		Eventually(func(g Gomega) {
+			g.Expect(prometheus.alertState(g, ctx, alert, replica.Name)).To(BeEmpty())
+			g.Expect(prometheus.query(g, ctx, fmt.Sprintf(`pgpilot_wal_receiver_up{namespace=%q, pod=%q} == 1`,
+				cluster.Namespace, replica.Name))).To(HaveLen(1))
+		}).WithTimeout(time.Minute).WithPolling(time.Second).Should(Succeed())
+		AddReportEntry("prometheus: "+alert+" resolved after replication returned", time.Since(healed).Round(time.Second).String())
+		waitForReady(ctx, cluster, 3*time.Minute)
+	})
 })
+
+// clusterPodNames are the names of the cluster's instance pods, and of those that are not its
+// current primary.
+func clusterPodNames(ctx context.Context, c *pgv1.PostgresCluster) (pods, replicas []string) {
+	current := &pgv1.PostgresCluster{}
+	Expect(k8s.Get(ctx, client.ObjectKeyFromObject(c), current)).To(Succeed())
+	Expect(current.Status.CurrentPrimary).NotTo(BeEmpty())
+	for _, pod := range clusterPods(ctx, c) {
+		pods = append(pods, pod.Name)
+		if pod.Name != current.Status.CurrentPrimary {
+			replicas = append(replicas, pod.Name)
+		}
+	}
+	return pods, replicas
+}
+
+// labelValues are the values of label in a query's result.
+func labelValues(vector model.Vector, label model.LabelName) []string {
+	values := []string{}
+	for _, sample := range vector {
+		values = append(values, string(sample.Metric[label]))
+	}
+	return values
+}
+
+// alertFor is the `for:` of an alert of config/prometheus/rules.yaml.
+func alertFor(name string) time.Duration {
+	rules := &monitoringv1.PrometheusRule{}
+	readManifest("prometheus/rules.yaml", rules)
+	for _, group := range rules.Spec.Groups {
+		for _, rule := range group.Rules {
+			if rule.Alert == name && rule.For != nil {
+				hold, err := model.ParseDuration(string(*rule.For))
+				Expect(err).NotTo(HaveOccurred())
+				return time.Duration(hold)
+			}
+		}
+	}
+	Fail("no alert " + name + " with a for: in config/prometheus/rules.yaml")
+	return 0
+}
 
 // instanceMetrics reads an instance's metrics port from the node's network.
 func instanceMetrics(g Gomega, ctx context.Context, cluster *pgv1.PostgresCluster, name string) string {

@@ -76,11 +76,26 @@ func partitionSpec(cluster **pgv1.PostgresCluster) {
 // partition drops (on) or lets through (off) every packet of the network namespace netns
 // that does not stay on its loopback.
 func partition(netns string, on bool) {
+	netnsRules(netns, on, [][]string{{"INPUT", "!", "-i", "lo", "-j", "DROP"}, {"OUTPUT", "!", "-o", "lo", "-j", "DROP"}})
+}
+
+// cutReplication resets (on) every connection from the network namespace netns to a PostgreSQL
+// port elsewhere, and drops what such connections still send it; off lets them through again.
+func cutReplication(netns string, on bool) {
+	netnsRules(netns, on, [][]string{
+		{"OUTPUT", "!", "-o", "lo", "-p", "tcp", "--dport", "5432", "-j", "REJECT", "--reject-with", "tcp-reset"},
+		{"INPUT", "!", "-i", "lo", "-p", "tcp", "--sport", "5432", "-j", "DROP"},
+	})
+}
+
+// netnsRules inserts (on) or deletes (off) iptables rules in the network namespace netns. A rule
+// that is already gone is not an error when deleting: cleanups run after a heal too.
+func netnsRules(netns string, on bool, rules [][]string) {
 	action := "-I"
 	if !on {
 		action = "-D"
 	}
-	for _, rule := range [][]string{{"INPUT", "!", "-i", "lo", "-j", "DROP"}, {"OUTPUT", "!", "-o", "lo", "-j", "DROP"}} {
+	for _, rule := range rules {
 		args := append([]string{"--net=" + netns, "iptables", action}, rule...)
 		out, err := exec.Command("nsenter", args...).CombinedOutput()
 		if on || err == nil {

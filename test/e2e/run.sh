@@ -96,8 +96,9 @@ go vet -tags e2e ./test/e2e/
 trap teardown EXIT
 LOCALCLUSTER_IMAGES=$("$LOCALCLUSTER" images)
 image_ref() { awk -v name="$1" '$1 == name {print $2}' <<<"$LOCALCLUSTER_IMAGES"; }
-export E2E_HTTPCHECK_IMAGE E2E_BUSYBOX_IMAGE E2E_POSTGRES_IMAGE E2E_POSTGRES_SECOND_TAG
+export E2E_HTTPCHECK_IMAGE E2E_BUSYBOX_IMAGE E2E_POSTGRES_IMAGE E2E_POSTGRES_SECOND_TAG E2E_PROMETHEUS_IMAGE
 E2E_HTTPCHECK_IMAGE=$(image_ref httpcheck)
+E2E_PROMETHEUS_IMAGE=$(image_ref prometheus)
 E2E_BUSYBOX_IMAGE=$(image_ref busybox)
 # The same PostgreSQL image under a second tag, for the spec that rolls an image change.
 E2E_POSTGRES_IMAGE=$(image_ref postgres)
@@ -129,6 +130,9 @@ if [[ " $phases " == *" deploy "* ]]; then
   in_background worker "$LOCALCLUSTER" worker add
   in_background s3 "$LOCALCLUSTER" s3 up
   export E2E_LOCALCLUSTER=$LOCALCLUSTER
+  # The Prometheus operator's CRDs, as most clusters that run Prometheus have them, before the
+  # operator starts: it then manages the PodMonitors the monitoring specs ask for.
+  "$LOCALCLUSTER" kubectl apply --server-side -f test/crds/prometheus-operator/ >/dev/null
   "$LOCALCLUSTER" deploy
   wait_background worker
   wait_background s3

@@ -49,6 +49,7 @@ build_components() {
   BIN_DIR[kubernetes-node]=$(tool_dir kubernetes-node)
   BIN_DIR[etcd]=$(tool_dir etcd)
   BIN_DIR[versitygw]=$(tool_dir versitygw)  # the S3 server of `localcluster s3`
+  BIN_DIR[prometheus]=$(tool_dir prometheus) # the Prometheus server of the e2e monitoring specs
   BIN_DIR[coredns]=$(build_once coredns "$COREDNS_VERSION-$(hash_inputs "$LC_DIR/modules/coredns")" build_coredns)
   BIN_DIR[local-path]=$(build_once local-path-provisioner \
     "$LOCAL_PATH_VERSION-$(hash_inputs "$LC_DIR/modules/local-path-provisioner")" build_local_path)

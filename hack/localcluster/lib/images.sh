@@ -47,6 +47,7 @@ build_coredns_image() { binary_image "$1" "$2" "$(bin coredns)" /coredns --confi
 build_local_path_image() { binary_image "$1" "$2" "$(bin local-path-provisioner)" /usr/bin/local-path-provisioner; }
 build_httpcheck_image() { binary_image "$1" "$2" "$(bin httpcheck)" /httpcheck --config.user 65532:65532; }
 build_versitygw_image() { binary_image "$1" "$2" "$(bin versitygw)" /usr/bin/versitygw --config.user 65532:65532; }
+build_prometheus_image() { binary_image "$1" "$2" "$(bin prometheus)" /bin/prometheus --config.user 65532:65532; }
 
 # The operator's image as its Dockerfile makes it: the static manager at /manager and the
 # instance agent at /agent (PostgreSQL pods copy it out with an init container), run as nonroot
@@ -162,6 +163,7 @@ build_images() {
   image httpcheck httpcheck "$(sha256sum <"$(bin httpcheck)")" build_httpcheck_image
   image versitygw versitygw "$(sha256sum <"$(bin versitygw)")" build_versitygw_image
   image postgres postgres "$(postgres_image_inputs)" build_postgres_image
+  image prometheus prometheus "$(sha256sum <"$(bin prometheus)")" build_prometheus_image
 }
 
 # postgres_image_inputs: the recipe and the PostgreSQL and pgBackRest versions apt offers now,

@@ -33,7 +33,7 @@ type postgresLog struct {
 // collectPostgresLog has PostgreSQL log into the agent's log from the start: the server's output
 // (when nobody else took it) and its JSON records.
 func (a *Agent) collectPostgresLog() error {
-	a.postgresLog = newPostgresLog(a.Log, a.Config)
+	a.postgresLog = newPostgresLog(a.Log)
 	if a.Instance.Output == nil {
 		a.Instance.Output = a.postgresLog
 	}
@@ -51,10 +51,16 @@ func (a *Agent) logNotices() []agentapi.LogNotice {
 	return a.postgresLog.current()
 }
 
-func newPostgresLog(log logr.Logger, cfg agentapi.Config) *postgresLog {
-	handler := logr.ToSlogHandler(log.WithName("postgres"))
+// WithIdentity is the agent's logger for the instance of cfg: every line of the container's log,
+// PostgreSQL's records too, says whose it is, once.
+func WithIdentity(log logr.Logger, cfg agentapi.Config) logr.Logger {
+	return log.WithValues("cluster", cfg.ClusterName, "instance", cfg.PodName)
+}
+
+// newPostgresLog writes PostgreSQL's records through log, the agent's (WithIdentity).
+func newPostgresLog(log logr.Logger) *postgresLog {
 	return &postgresLog{
-		log:     slog.New(handler).With("cluster", cfg.ClusterName, "instance", cfg.PodName),
+		log:     slog.New(logr.ToSlogHandler(log.WithName("postgres"))),
 		notices: map[string]*agentapi.LogNotice{},
 	}
 }

@@ -51,14 +51,18 @@ func TestSeverityLevels(t *testing.T) {
 // severity as the level, its message, the instance and cluster, and its other fields.
 func TestPostgresRecordsAreAgentLogLines(t *testing.T) {
 	var out bytes.Buffer
-	log := logr.FromSlogHandler(slog.NewJSONHandler(&out, nil)).WithName("agent")
-	p := newPostgresLog(log, agentapi.Config{ClusterName: "db", PodName: "db-1"})
+	log := WithIdentity(logr.FromSlogHandler(slog.NewJSONHandler(&out, nil)).WithName("agent"),
+		agentapi.Config{ClusterName: "db", PodName: "db-1"})
+	p := newPostgresLog(log)
 	p.record([]byte(`{"timestamp":"2026-12-02 02:36:00.599 GMT","user":"app","dbname":"app","remote_host":"10.0.0.7",` +
 		`"error_severity":"FATAL","state_code":"28P01","message":"password authentication failed for user \"app\"","backend_type":"client backend"}` + "\n"))
 	_, _ = p.Write([]byte("pushed WAL file '000000010000000000000005' to the archive\n"))
 
 	var lines []map[string]any
 	for line := range strings.Lines(out.String()) {
+		if n := strings.Count(line, `"instance":`); n != 1 {
+			t.Errorf("%d instance fields in %s", n, line)
+		}
 		var m map[string]any
 		if err := json.Unmarshal([]byte(line), &m); err != nil {
 			t.Fatalf("not a JSON line: %q (%v)", line, err)

@@ -116,6 +116,7 @@ func (e *Exporter) Collect(ch chan<- prometheus.Metric) {
 	ctx, cancel := context.WithTimeout(context.Background(), e.Timeout)
 	defer cancel()
 	up := 1.0
+	failedBefore := e.failing
 	e.failing = nil
 	if err := e.ensureConnection(ctx); err != nil {
 		e.Log.Error(err, "metrics: connect to postgres")
@@ -132,7 +133,11 @@ func (e *Exporter) Collect(ch chan<- prometheus.Metric) {
 			}
 			failed := 0.0
 			if err != nil {
-				e.Log.Error(err, "metrics: query failed", "query", q.Name)
+				// Logged when it starts failing, not at every scrape: the metric and the
+				// Monitoring condition say it goes on.
+				if !slices.Contains(failedBefore, q.Name) {
+					e.Log.Error(err, "metrics: query failed", "query", q.Name)
+				}
 				e.failing = append(e.failing, q.Name)
 				failed = 1
 			}

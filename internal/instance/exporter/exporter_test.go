@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"github.com/go-logr/logr/funcr"
 	gocmp "github.com/google/go-cmp/cmp"
 	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus"
@@ -88,6 +89,8 @@ func TestExporterCustomQueries(t *testing.T) {
 	inst := startPrimary(t, "db-0")
 	e := newExporter(t, inst)
 	e.Timeout = 2 * time.Second
+	logged := &[]string{}
+	e.Log = funcr.New(func(prefix, args string) { *logged = append(*logged, args) }, funcr.Options{})
 	e.SetExtraQueries([]exporter.Query{
 		{Name: "tables", Prefix: "custom", SQL: "SELECT 'pg_class' AS relation, count(*) AS rows FROM pg_class",
 			Columns: []exporter.Column{{Name: "relation", Usage: exporter.Label}, {Name: "rows", Usage: exporter.Gauge, Description: "Rows."}}},
@@ -118,6 +121,9 @@ func TestExporterCustomQueries(t *testing.T) {
 	}
 	// The connection survived the cancelled statement: the next scrape works on it.
 	scrape(t, e).expect(t, "pgpilot_up", "", eq(1))
+	if len(*logged) != 3 {
+		t.Errorf("logged %d times in two scrapes, want once per failing query:\n%s", len(*logged), strings.Join(*logged, "\n"))
+	}
 }
 
 // Without a server the exporter says so (pgpilot_up 0) instead of failing the scrape, and
