@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"strings"
 	"time"
 
@@ -160,6 +161,10 @@ var _ = Describe("Monitoring", Ordered, SpecPriority(slowSpecs), func() {
 				AddReportEntry(fmt.Sprintf("prometheus: %s of %s", cost, sample.Metric["pod"]), sample.Value.String())
 			}
 		}
+		for _, pod := range clusterPods(ctx, cluster) {
+			_, agent := findPostmaster(&pod)
+			AddReportEntry("prometheus: the agent's resident memory after scrapes every 5 s, "+pod.Name, residentMemory(agent))
+		}
 	})
 
 	// A standby whose PostgreSQL stops restarts its container at once (the agent exits), so a
@@ -217,6 +222,19 @@ func clusterPodNames(ctx context.Context, c *pgv1.PostgresCluster) (pods, replic
 		}
 	}
 	return pods, replicas
+}
+
+// residentMemory is the VmRSS line of a process of the node.
+func residentMemory(pid int) string {
+	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	Expect(err).NotTo(HaveOccurred())
+	for line := range strings.Lines(string(status)) {
+		if rss, found := strings.CutPrefix(line, "VmRSS:"); found {
+			return strings.TrimSpace(rss)
+		}
+	}
+	Fail(fmt.Sprintf("no VmRSS in /proc/%d/status", pid))
+	return ""
 }
 
 // labelValues are the values of label in a query's result.
