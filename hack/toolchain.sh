@@ -30,8 +30,16 @@ export GOFLAGS=-buildvcs=false GOTOOLCHAIN=local CGO_ENABLED=0
 
 log() { echo "toolchain: $*" >&2; }
 
+# The tools build without -trimpath, with CGO off, as the Makefile's tests and vet do: on a cold
+# cache each package (the standard library first) is compiled once for all of them. The
+# Kubernetes wrapper module also requires the versions of pgpilot's go.mod for every module both
+# use, so the tests reuse its client-go, apimachinery, grpc... (about 850 packages) as they are.
+
 # shellcheck source=lib/build-once.sh
 source "$HACK_DIR/lib/build-once.sh"
+
+# kubernetes_key: the version and the wrapper module's dependencies (their versions are pgpilot's).
+kubernetes_key() { echo "$KUBERNETES_VERSION-$(sha256sum <"$HACK_DIR/toolchain/kubernetes/go.sum" | cut -c1-8)"; }
 
 kube_ldflags() {
   local minor ld="-s -w"
@@ -44,7 +52,7 @@ kube_ldflags() {
 }
 
 build_kubernetes() {
-  (cd "$HACK_DIR/toolchain/kubernetes" && go build -trimpath -ldflags "$(kube_ldflags)" -o "$1/" \
+  (cd "$HACK_DIR/toolchain/kubernetes" && go build -ldflags "$(kube_ldflags)" -o "$1/" \
     k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager \
     k8s.io/kubernetes/cmd/kubectl)
 }
@@ -52,19 +60,19 @@ build_kubernetes() {
 # The node components share the wrapper module and link flags of build_kubernetes, so they
 # reuse its compiled packages; they get their own cache folder so the control plane's key stays.
 build_kubernetes_node() {
-  (cd "$HACK_DIR/toolchain/kubernetes" && go build -trimpath -ldflags "$(kube_ldflags)" -o "$1/" \
+  (cd "$HACK_DIR/toolchain/kubernetes" && go build -ldflags "$(kube_ldflags)" -o "$1/" \
     k8s.io/kubernetes/cmd/kubelet k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kube-proxy)
 }
 
 build_etcd() {
-  (cd "$HACK_DIR/toolchain/etcd" && go build -trimpath -ldflags "-s -w" -o "$1/etcd" go.etcd.io/etcd/server/v3)
+  (cd "$HACK_DIR/toolchain/etcd" && go build -ldflags "-s -w" -o "$1/etcd" go.etcd.io/etcd/server/v3)
 }
 
 build_operator_sdk() {
   local v=github.com/operator-framework/operator-sdk/internal/version
   local ld="-s -w -X $v.Version=$OPERATOR_SDK_VERSION -X $v.GitVersion=$OPERATOR_SDK_VERSION"
   ld+=" -X $v.KubernetesVersion=v1.33.1 -X $v.ImageVersion=$OPERATOR_SDK_VERSION"
-  (cd "$HACK_DIR/toolchain/operator-sdk" && go build -trimpath -tags containers_image_openpgp \
+  (cd "$HACK_DIR/toolchain/operator-sdk" && go build -tags containers_image_openpgp \
     -ldflags "$ld" -o "$1/" github.com/operator-framework/operator-sdk/cmd/operator-sdk \
     github.com/operator-framework/operator-sdk/images/scorecard-test)
 }
@@ -73,14 +81,14 @@ build_operator_sdk() {
 # catalogs); json1 and containers_image_openpgp avoid the sqlite and gpgme C dependencies.
 build_opm() {
   local v=github.com/operator-framework/operator-registry/cmd/opm/version
-  (cd "$HACK_DIR/toolchain/olm" && go build -trimpath -tags json1,containers_image_openpgp \
+  (cd "$HACK_DIR/toolchain/olm" && go build -tags json1,containers_image_openpgp \
     -ldflags "-s -w -X $v.opmVersion=$OPM_VERSION -X $v.gitCommit=$OPM_VERSION-goproxy" \
     -o "$1/opm" github.com/operator-framework/operator-registry/cmd/opm)
 }
 
 # The binaries of OLM's own image (its Dockerfile copies exactly these into /bin).
 build_olm() {
-  (cd "$HACK_DIR/toolchain/olm" && go build -trimpath -ldflags "-s -w" -o "$1/" \
+  (cd "$HACK_DIR/toolchain/olm" && go build -ldflags "-s -w" -o "$1/" \
     github.com/operator-framework/operator-lifecycle-manager/cmd/olm \
     github.com/operator-framework/operator-lifecycle-manager/cmd/catalog \
     github.com/operator-framework/operator-lifecycle-manager/cmd/package-server \
@@ -89,12 +97,12 @@ build_olm() {
 }
 
 build_grpc_health_probe() {
-  (cd "$HACK_DIR/toolchain/grpc-health-probe" && go build -trimpath -ldflags "-s -w" \
+  (cd "$HACK_DIR/toolchain/grpc-health-probe" && go build -ldflags "-s -w" \
     -o "$1/grpc_health_probe" github.com/grpc-ecosystem/grpc-health-probe)
 }
 
 build_versitygw() {
-  (cd "$HACK_DIR/toolchain/versitygw" && go build -trimpath -ldflags "-s -w" -o "$1/versitygw" \
+  (cd "$HACK_DIR/toolchain/versitygw" && go build -ldflags "-s -w" -o "$1/versitygw" \
     github.com/versity/versitygw/cmd/versitygw)
 }
 
@@ -115,14 +123,14 @@ build_prometheus() {
 # envtest wants one folder with kube-apiserver, etcd and kubectl; link them from their caches.
 build_envtest() {
   local k8s etcd
-  k8s=$(build_once kubernetes "$KUBERNETES_VERSION" build_kubernetes)
+  k8s=$(build_once kubernetes "$(kubernetes_key)" build_kubernetes)
   etcd=$(build_once etcd "$ETCD_VERSION" build_etcd)
   ln -s "$k8s/kube-apiserver" "$k8s/kube-controller-manager" "$k8s/kubectl" "$etcd/etcd" "$1/"
 }
 
 case "${1:-}" in
-  kubernetes) build_once kubernetes "$KUBERNETES_VERSION" build_kubernetes ;;
-  kubernetes-node) build_once kubernetes-node "$KUBERNETES_VERSION" build_kubernetes_node ;;
+  kubernetes) build_once kubernetes "$(kubernetes_key)" build_kubernetes ;;
+  kubernetes-node) build_once kubernetes-node "$(kubernetes_key)" build_kubernetes_node ;;
   etcd) build_once etcd "$ETCD_VERSION" build_etcd ;;
   operator-sdk) build_once operator-sdk "$OPERATOR_SDK_VERSION" build_operator_sdk ;;
   opm) build_once opm "$OPM_VERSION" build_opm ;;
@@ -130,6 +138,6 @@ case "${1:-}" in
   grpc-health-probe) build_once grpc-health-probe "$GRPC_HEALTH_PROBE_VERSION" build_grpc_health_probe ;;
   versitygw) build_once versitygw "$VERSITYGW_VERSION" build_versitygw ;;
   prometheus) build_once prometheus "$(cd "$HACK_DIR/.." && go list -m -f '{{.Version}}' github.com/prometheus/prometheus)" build_prometheus ;;
-  envtest) build_once envtest "$KUBERNETES_VERSION-etcd-$ETCD_VERSION" build_envtest ;;
+  envtest) build_once envtest "$(kubernetes_key)-etcd-$ETCD_VERSION" build_envtest ;;
   *) echo "usage: $0 kubernetes|kubernetes-node|etcd|operator-sdk|opm|olm|grpc-health-probe|versitygw|prometheus|envtest" >&2; exit 2 ;;
 esac

@@ -30,7 +30,7 @@ install_packages() {
   return 0
 }
 
-GO_BUILD=(env CGO_ENABLED=0 go build -trimpath -ldflags "-s -w")
+GO_BUILD=(env CGO_ENABLED=0 go build -ldflags "-s -w") # no -trimpath: see hack/toolchain.sh
 
 build_coredns() { (cd "$LC_DIR/modules/coredns" && "${GO_BUILD[@]}" -o "$1/coredns" .); }
 
