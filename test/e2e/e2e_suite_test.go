@@ -12,7 +12,6 @@ package e2e
 import (
 	"context"
 	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -51,8 +50,6 @@ var (
 	// httpcheckImage is a tiny static HTTP client (hack/localcluster/src/httpcheck), loaded into
 	// the cluster by localcluster; specs run it in pods to look at Services from inside.
 	httpcheckImage string
-	// samplePath is the sample PostgresCluster of config/samples.
-	samplePath = filepath.Join("..", "..", "config", "samples", "postgres_v1alpha1_postgrescluster.yaml")
 )
 
 func TestE2E(t *testing.T) {

@@ -6,7 +6,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"os"
 	"strings"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -17,7 +16,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/yaml"
 
 	pgv1 "github.com/pgpilot/pgpilot-operator/api/v1alpha1"
 )
@@ -35,10 +33,8 @@ func (l *storageClassList) defaultName() string {
 
 // loadSample reads config/samples' PostgresCluster into namespace ns.
 func loadSample(ns string) *pgv1.PostgresCluster {
-	data, err := os.ReadFile(samplePath)
-	Expect(err).NotTo(HaveOccurred())
 	cluster := &pgv1.PostgresCluster{}
-	Expect(yaml.UnmarshalStrict(data, cluster)).To(Succeed())
+	readManifest("samples/postgres_v1alpha1_postgrescluster.yaml", cluster)
 	cluster.Namespace = ns
 	return cluster
 }
