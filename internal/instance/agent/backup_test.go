@@ -15,13 +15,15 @@ import (
 	"github.com/pgpilot/pgpilot-operator/internal/instance/agent"
 	"github.com/pgpilot/pgpilot-operator/internal/instance/agentapi"
 	"github.com/pgpilot/pgpilot-operator/internal/instance/pgtest"
+	"github.com/pgpilot/pgpilot-operator/internal/instance/postgres"
 )
 
 // A cluster's agent archives its WAL through `agent pgbackrest archive-push` (the operator's
 // archive_command), creates the stanza, takes a backup the operator asks for over the API and
-// reports archiving; a new cluster's agent restores that backup to a point in time, promotes,
-// drops the recovery settings and archives into its own repository. Real PostgreSQL, real
-// pgBackRest, a real S3 server.
+// reports archiving; a new cluster's agent, on a volume where an earlier attempt was killed in
+// the middle of the restore, restores that backup to a point in time, promotes, drops the
+// recovery settings and archives into its own repository. Real PostgreSQL, real pgBackRest, a
+// real S3 server.
 func TestAgentArchivesBacksUpAndRecoversToATime(t *testing.T) {
 	ctx := context.Background()
 	s3 := pgtest.StartS3(t)
@@ -76,7 +78,8 @@ func TestAgentArchivesBacksUpAndRecoversToATime(t *testing.T) {
 
 	ownRepo := s3.Repository("/pgtest/default/restored")
 	restored := startArchivingAgent(t, s3, "restored", agentapi.BackupConfig{Repository: &ownRepo, Compression: "lz4", Parallel: 2,
-		Recovery: &agentapi.Recovery{Repository: sourceRepo, Target: agentapi.RecoveryTarget{Type: "time", Value: target.Format(time.RFC3339Nano)}}})
+		Recovery: &agentapi.Recovery{Repository: sourceRepo, Target: agentapi.RecoveryTarget{Type: "time", Value: target.Format(time.RFC3339Nano)}}},
+		leaveInterruptedRestore)
 	conn = pgtest.Connect(t, restored.Instance, "postgres", "super", "postgres")
 	var rows, later int
 	if err := conn.QueryRow(ctx, "SELECT count(*) FILTER (WHERE batch <= 2), count(*) FILTER (WHERE batch = 3) FROM batches").Scan(&rows, &later); err != nil {
@@ -112,11 +115,37 @@ func containsTimeline2(keys []string) bool {
 	return false
 }
 
+// leaveInterruptedRestore leaves in inst's volume what an agent killed in the middle of a
+// restore leaves: the restore marker and a partial data directory whose postmaster is gone.
+func leaveInterruptedRestore(t *testing.T, inst *postgres.Instance) {
+	volume := filepath.Dir(inst.DataDir)
+	files := map[string]string{
+		"pgpilot-restore.json":  "{}",
+		"pgdata/PG_VERSION":     "15\n",
+		"pgdata/postmaster.pid": "2147483647\n" + inst.DataDir + "\n",
+		"pgdata/base/1/1259":    "partial",
+		"pgdata/backup_label":   "START WAL LOCATION: 0/2000028 (file 000000010000000000000002)\n",
+	}
+	for name, content := range files {
+		path := filepath.Join(volume, name)
+		if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 // startArchivingAgent runs the initial primary of a new cluster named cluster with backup
-// configuration b, archiving through the agent as in a pod.
-func startArchivingAgent(t *testing.T, s3 *pgtest.S3Server, cluster string, b agentapi.BackupConfig) *pgtest.RunningAgent {
+// configuration b, archiving through the agent as in a pod; before, if given, prepares the
+// instance's volume.
+func startArchivingAgent(t *testing.T, s3 *pgtest.S3Server, cluster string, b agentapi.BackupConfig, before ...func(*testing.T, *postgres.Instance)) *pgtest.RunningAgent {
 	t.Helper()
 	inst := pgtest.NewInstance(t, cluster)
+	for _, prepare := range before {
+		prepare(t, inst)
+	}
 	cfg := agentConfig(t, cluster+"-0", inst, inst.Port)
 	cfg.ClusterName, cfg.InitialPrimary = cluster, cluster+"-0"
 	pgtest.WriteBackupConfig(t, cfg, b, s3)

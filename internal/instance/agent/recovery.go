@@ -48,6 +48,11 @@ func (a *Agent) recover(ctx context.Context, rec *agentapi.Recovery) error {
 	if err := mkdirOwned(a.Config.DataDir, a.Instance.RunAs); err != nil {
 		return err
 	}
+	// What an interrupted restore left (even a postmaster.pid) makes pgBackRest refuse the
+	// directory; none of it is more than the backup and the archive already hold.
+	if err := removeContents(a.Config.DataDir); err != nil {
+		return fmt.Errorf("clear an interrupted restore: %w", err)
+	}
 	a.Log.Info("restoring from the recovery repository", "path", rec.Repository.Path, "target", rec.Target.Type, "value", rec.Target.Value)
 	value := rec.Target.Value
 	if at, err := time.Parse(time.RFC3339Nano, value); err == nil && rec.Target.Type == "time" {
@@ -65,8 +70,15 @@ func (a *Agent) recover(ctx context.Context, rec *agentapi.Recovery) error {
 	return os.Remove(a.restoreMarkerPath())
 }
 
-// replayToTarget runs the restored server until it has promoted, then stops it clean.
+// replayToTarget runs the restored server until it has promoted, then stops it.
+//
+// It runs without archive_command: the new timeline's history file and first segments wait in
+// pg_wal (marked ready) for the server the agent starts next, by when the cluster's own
+// repository has its stanza. Archiving them now would fail for want of the stanza, and a fast
+// shutdown waits for the archiver's retries.
 func (a *Agent) replayToTarget(ctx context.Context) error {
+	restoreSetting := a.overrideSetting("archive_command", "")
+	defer restoreSetting()
 	if err := a.Instance.Start(); err != nil {
 		return err
 	}
@@ -88,9 +100,30 @@ func (a *Agent) replayToTarget(ctx context.Context) error {
 		if err == nil && !inRecovery {
 			err = postgres.ResetRecoverySettings(ctx, conn)
 			_ = conn.Close(ctx)
+			if err != nil {
+				return stop(err)
+			}
 			a.Log.Info("recovery reached its target and promoted")
-			return stop(err)
+			// Promoted and durable: an immediate shutdown only means crash recovery at the
+			// next start, not a restore to do again.
+			if err := a.Instance.Stop(a.Options.ShutdownGrace); err != nil {
+				a.Log.Error(err, "stopping the restored server")
+			}
+			return nil
 		}
 		_ = conn.Close(ctx)
+	}
+}
+
+// overrideSetting sets a server setting for the next starts and returns what puts it back.
+func (a *Agent) overrideSetting(name, value string) (restore func()) {
+	old, had := a.Instance.Settings[name]
+	a.Instance.Settings[name] = value
+	return func() {
+		if had {
+			a.Instance.Settings[name] = old
+		} else {
+			delete(a.Instance.Settings, name)
+		}
 	}
 }
