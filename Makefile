@@ -196,8 +196,12 @@ lint-config: golangci-lint ## Verify golangci-lint linter configuration
 ##@ Build
 
 .PHONY: build
-build: manifests generate fmt vet ## Build manager binary.
+build: manifests generate fmt vet kubectl-pgpilot ## Build manager binary and the kubectl plugin.
 	go build -o bin/manager cmd/main.go
+
+.PHONY: kubectl-pgpilot
+kubectl-pgpilot: ## Build the kubectl plugin (bin/kubectl-pgpilot: put it on PATH, then `kubectl pgpilot status NAME`).
+	go build -o bin/kubectl-pgpilot ./cmd/kubectl-pgpilot
 
 .PHONY: run
 run: manifests generate fmt vet ## Run a controller from your host.
@@ -465,7 +469,7 @@ cluster-status: ## Show the local cluster's daemons, node and pods.
 .PHONY: demo
 # OLM=1 installs OLM and pgpilot from its catalog image by a Subscription instead of kustomize.
 OLM ?=
-demo: manifests kustomize ## Local cluster + the operator from its image (config/default; OLM=1: through OLM) + the sample PostgresCluster, Ready.
+demo: manifests kustomize kubectl-pgpilot ## Local cluster + the operator from its image (config/default; OLM=1: through OLM) + the sample PostgresCluster, Ready.
 	OLM=$(OLM) $(LOCALCLUSTER) demo
 
 .PHONY: demo-down

@@ -3,3 +3,10 @@ package v1alpha1
 // SwitchoverAnnotation on a PostgresCluster names the instance to make the primary by a
 // planned switchover: `kubectl annotate pgc NAME postgres.pgpilot.io/switchover-to=NAME-1`.
 const SwitchoverAnnotation = "postgres.pgpilot.io/switchover-to"
+
+// RestartAnnotation on a PostgresCluster asks for a rolling restart of every instance, in the
+// order of any pod template change (replicas, then the primary by a switchover or in place, as
+// spec.primaryUpdateMethod says). pgpilot copies its value, conventionally the time of the
+// request, onto the pods' template; a new value asks for another restart:
+// `kubectl annotate --overwrite pgc NAME postgres.pgpilot.io/restarted-at="$(date -Is)"`.
+const RestartAnnotation = "postgres.pgpilot.io/restarted-at"

@@ -458,6 +458,11 @@ type InstanceStatus struct {
 	// +optional
 	LagBytes *int64 `json:"lagBytes,omitempty"`
 
+	// How long the replica took to replay recent WAL, as the primary measures it (e.g. 12ms);
+	// empty once it has caught up and the primary writes nothing.
+	// +optional
+	ReplayLag string `json:"replayLag,omitempty"`
+
 	// Settings changed in the configuration that take effect only after a restart.
 	// +optional
 	PendingRestart []string `json:"pendingRestart,omitempty"`

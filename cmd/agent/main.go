@@ -63,6 +63,13 @@ func newCommand(log logr.Logger) *cobra.Command {
 			RunE:               func(_ *cobra.Command, args []string) error { return agent.PgBackRestCommand(args) },
 		},
 		&cobra.Command{
+			Use:   "psql [--superuser] [PSQL ARGS...]",
+			Short: "Run psql on this instance as the application user (over loopback) or the superuser (over the socket)",
+			// Everything after --superuser is psql's.
+			DisableFlagParsing: true,
+			RunE:               func(_ *cobra.Command, args []string) error { return agent.PsqlCommand(args) },
+		},
+		&cobra.Command{
 			Use:   "install DEST",
 			Short: "Copy this executable to DEST (the init container: the operator image has no cp)",
 			Args:  cobra.ExactArgs(1),

@@ -27,6 +27,10 @@ const (
 	socketDir        = "/var/run/postgresql"
 	agentVolumeName  = "pgpilot-bin"
 	agentDir         = "/pgpilot/bin"
+	// AgentPath is the agent in the PostgreSQL container, where `kubectl exec` finds it.
+	AgentPath = agentDir + "/agent"
+	// PostgresContainerName is the container that runs the agent and PostgreSQL.
+	PostgresContainerName = "postgres"
 	// The credential Secrets, projected: the kubelet rewrites the files when a Secret changes,
 	// and the agent applies the new passwords without a restart.
 	credentialsVolumeName = "credentials"
@@ -125,9 +129,12 @@ func buildPodTemplate(c *pgv1.PostgresCluster, images Images) (*corev1ac.PodTemp
 	}
 	// No configuration hash on the template: the agent reloads changed files in place, and a
 	// parameter that needs a restart is reported, not forced by rolling every pod.
-	return corev1ac.PodTemplateSpec().
-		WithLabels(CommonLabels(c)).
-		WithSpec(spec), nil
+	template := corev1ac.PodTemplateSpec().WithLabels(CommonLabels(c)).WithSpec(spec)
+	if at := c.Annotations[pgv1.RestartAnnotation]; at != "" {
+		// A changed template is what rolls the instances, in pgpilot's order (the update stage).
+		template.WithAnnotations(map[string]string{pgv1.RestartAnnotation: at})
+	}
+	return template, nil
 }
 
 // buildAgentInstaller copies the agent out of the operator image, so any image with the
@@ -151,10 +158,10 @@ func restrictedContainer() *corev1ac.SecurityContextApplyConfiguration {
 
 func buildPostgresContainer(c *pgv1.PostgresCluster, image string) *corev1ac.ContainerApplyConfiguration {
 	container := corev1ac.Container().
-		WithName("postgres").
+		WithName(PostgresContainerName).
 		WithImage(image).
 		WithImagePullPolicy(corev1.PullIfNotPresent).
-		WithCommand(agentDir+"/agent").
+		WithCommand(AgentPath).
 		WithEnv(agentEnvironment(c)...).
 		WithPorts(
 			corev1ac.ContainerPort().WithName("postgres").WithContainerPort(agentapi.DefaultPostgresPort).WithProtocol(corev1.ProtocolTCP),

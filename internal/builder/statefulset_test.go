@@ -52,6 +52,22 @@ func TestBuildStatefulSetIdentityAndSelector(t *testing.T) {
 	}
 }
 
+func TestBuildStatefulSetRestartAnnotationChangesTheTemplate(t *testing.T) {
+	plain := buildStatefulSet(t, newCluster())
+	if len(plain.Spec.Template.Annotations) != 0 {
+		t.Errorf("template annotations without a restart request: %v", plain.Spec.Template.Annotations)
+	}
+	for _, at := range []string{"2026-12-02T10:00:00Z", "2026-12-02T11:00:00Z"} {
+		sts := buildStatefulSet(t, newCluster(func(c *pgv1.PostgresCluster) {
+			c.Annotations = map[string]string{pgv1.RestartAnnotation: at, "other": "x"}
+		}))
+		want := map[string]string{"postgres.pgpilot.io/restarted-at": at}
+		if diff := cmp.Diff(want, sts.Spec.Template.Annotations); diff != "" {
+			t.Errorf("template annotations for a restart at %s (-want +got):\n%s", at, diff)
+		}
+	}
+}
+
 func TestBuildStatefulSetVolumeClaimTemplate(t *testing.T) {
 	tests := []struct {
 		name             string

@@ -2,6 +2,7 @@ package controller
 
 import (
 	"fmt"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -145,12 +146,22 @@ func instancesStatus(o *observed) []pgv1.InstanceStatus {
 				if replica.ApplicationName == st.Name {
 					lag := replica.LagBytes
 					st.LagBytes = &lag
+					st.ReplayLag = replayLag(replica.ReplayLagSeconds)
 				}
 			}
 		}
 		statuses = append(statuses, st)
 	}
 	return statuses
+}
+
+// replayLag is a replica's replay lag in milliseconds, as status shows it: finer would write
+// the status on every observation while the primary writes.
+func replayLag(seconds *float64) string {
+	if seconds == nil {
+		return ""
+	}
+	return (time.Duration(*seconds*1000) * time.Millisecond).String()
 }
 
 // computeStatus turns an observation into the cluster's status. Conditions keep their

@@ -118,6 +118,8 @@ var _ = Describe("Streaming replication", Ordered, func() {
 			}
 		}
 	})
+
+	pluginSpecs(func() *pgv1.PostgresCluster { return cluster })
 })
 
 // expectReplication checks status.instancesStatus: one primary, the rest streaming replicas.

@@ -96,6 +96,8 @@ go vet -tags e2e ./test/e2e/
 trap teardown EXIT
 LOCALCLUSTER_IMAGES=$("$LOCALCLUSTER" images)
 image_ref() { awk -v name="$1" '$1 == name {print $2}' <<<"$LOCALCLUSTER_IMAGES"; }
+# kubectl finds the plugin on PATH, as it does for users.
+export E2E_PLUGIN_DIR=$PWD/bin
 export E2E_HTTPCHECK_IMAGE E2E_BUSYBOX_IMAGE E2E_POSTGRES_IMAGE E2E_POSTGRES_SECOND_TAG E2E_PROMETHEUS_IMAGE
 E2E_HTTPCHECK_IMAGE=$(image_ref httpcheck)
 E2E_PROMETHEUS_IMAGE=$(image_ref prometheus)
@@ -109,6 +111,7 @@ E2E_POSTGRES_SECOND_TAG=${E2E_POSTGRES_IMAGE%:*}:e2e-second-tag
 # version, which runs a precompiled suite in its package's directory.
 build_suite() {
   go build -o bin/ginkgo github.com/onsi/ginkgo/v2/ginkgo
+  go build -o bin/kubectl-pgpilot ./cmd/kubectl-pgpilot
   go test -c -tags e2e -o test/e2e/e2e.test ./test/e2e/
 }
 run_specs() {

@@ -130,8 +130,11 @@ demo() {
   log "replication as the primary sees it:"
   kubectl exec "$name-0" -c postgres -- psql -U postgres -c 'select application_name, state, replay_lsn from pg_stat_replication'
   demo_backup
+  log "the cluster as kubectl pgpilot shows it (bin/kubectl-pgpilot, found by kubectl on PATH):"
+  (export PATH="$REPO_ROOT/bin:$PATH" NO_COLOR=1 && kubectl pgpilot status "$name")
   log "demo ready in $((SECONDS - start))s. Look around with:"
   cat >&2 <<EOF
+  PATH=\$PWD/bin:\$PATH hack/localcluster/localcluster kubectl pgpilot status $name   # also: promote, restart, psql, logs, report
   hack/localcluster/localcluster kubectl get postgrescluster $name -o yaml
   hack/localcluster/localcluster kubectl describe pod $name-0
   hack/localcluster/localcluster kubectl -n $([[ ${OLM:-} == 1 ]] && echo operators || echo "$OPERATOR_NAMESPACE") logs deploy/$OPERATOR_DEPLOYMENT

@@ -169,6 +169,9 @@ type ReplicaStatus struct {
 	ReplayLSN       string `json:"replayLSN"`
 	// LagBytes is how much WAL the standby has yet to replay.
 	LagBytes int64 `json:"lagBytes"`
+	// ReplayLagSeconds is how long the standby took to replay recent WAL (replay_lag); nil
+	// once it has caught up and the primary writes nothing. Agents of 0.2.0 do not send it.
+	ReplayLagSeconds *float64 `json:"replayLagSeconds,omitempty"`
 }
 
 // DropSlotsRequest names the replication slots to drop; those a standby uses are kept.

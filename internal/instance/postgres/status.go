@@ -52,7 +52,8 @@ func QueryStatus(ctx context.Context, conn *pgx.Conn) (*agentapi.Status, error) 
 		return s, nil
 	}
 	rows, err = conn.Query(ctx, `SELECT application_name, state, COALESCE(replay_lsn::text, ''),
-		COALESCE(pg_wal_lsn_diff(pg_current_wal_lsn(), replay_lsn), 0)::bigint
+		COALESCE(pg_wal_lsn_diff(pg_current_wal_lsn(), replay_lsn), 0)::bigint,
+		EXTRACT(epoch FROM replay_lag)::float8
 		FROM pg_stat_replication ORDER BY application_name`)
 	if err != nil {
 		return nil, fmt.Errorf("query replication: %w", err)
