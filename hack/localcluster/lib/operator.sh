@@ -130,8 +130,6 @@ demo() {
   log "replication as the primary sees it:"
   kubectl exec "$name-0" -c postgres -- psql -U postgres -c 'select application_name, state, replay_lsn from pg_stat_replication'
   demo_backup
-  log "the cluster as kubectl pgpilot shows it (bin/kubectl-pgpilot, found by kubectl on PATH):"
-  (export PATH="$REPO_ROOT/bin:$PATH" NO_COLOR=1 && kubectl pgpilot status "$name")
   log "demo ready in $((SECONDS - start))s. Look around with:"
   cat >&2 <<EOF
   PATH=\$PWD/bin:\$PATH hack/localcluster/localcluster kubectl pgpilot status $name   # also: promote, restart, psql, logs, report
@@ -146,6 +144,8 @@ demo() {
   hack/localcluster/localcluster kubectl get backups,postgrescluster/example-backed-up -o wide
   make demo-down                                  # tear it all down
 EOF
+  log "the cluster as kubectl pgpilot shows it (bin/kubectl-pgpilot, found by kubectl on PATH):"
+  (export PATH="$REPO_ROOT/bin:$PATH" NO_COLOR=1 && kubectl pgpilot status "$name")
 }
 
 # demo_backup: the S3 service, the backed-up sample cluster archiving into it, and a full Backup.
