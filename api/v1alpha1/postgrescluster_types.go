@@ -463,6 +463,11 @@ type InstanceStatus struct {
 	// +optional
 	ReplayLag string `json:"replayLag,omitempty"`
 
+	// How the primary counts the replica for synchronous commit: sync, quorum, potential or
+	// async (pg_stat_replication.sync_state).
+	// +optional
+	SyncState string `json:"syncState,omitempty"`
+
 	// Settings changed in the configuration that take effect only after a restart.
 	// +optional
 	PendingRestart []string `json:"pendingRestart,omitempty"`

@@ -147,6 +147,7 @@ func instancesStatus(o *observed) []pgv1.InstanceStatus {
 					lag := replica.LagBytes
 					st.LagBytes = &lag
 					st.ReplayLag = replayLag(replica.ReplayLagSeconds)
+					st.SyncState = replica.SyncState
 				}
 			}
 		}

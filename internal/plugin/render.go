@@ -87,6 +87,9 @@ func (p printer) header(v ClusterView) {
 	if v.InProgress != "" {
 		p.line("In progress:  %s", p.paint(yellow, v.InProgress))
 	}
+	if v.Synchronous != "" {
+		p.line("Synchronous:  %s", v.Synchronous)
+	}
 	if v.Image != "" {
 		p.line("Image:        %s", v.Image)
 	}
@@ -121,11 +124,11 @@ func conditionColour(conditionType, status string) colour {
 
 func (p printer) instances(members []InstanceView) {
 	p.section("Instances")
-	t := table{header: []string{"NAME", "ROLE", "READY", "REPLICATION", "TIMELINE", "LSN", "LAG", "REPLAY LAG", "NODE", "RESTARTS", "NOTES"}}
+	t := table{header: []string{"NAME", "ROLE", "READY", "REPLICATION", "TIMELINE", "LSN", "LAG", "REPLAY LAG", "SYNC", "NODE", "RESTARTS", "NOTES"}}
 	for _, m := range members {
 		t.add(cell{text: m.Name}, cell{text: orDash(m.Role)}, yesNo(m.Ready), p.replication(m),
 			cell{text: orDash(formatInt(m.Timeline))}, cell{text: orDash(m.LSN)}, cell{text: lagBytes(m)},
-			cell{text: orDash(m.ReplayLag)}, cell{text: orDash(m.Node)}, cell{text: strconv.Itoa(int(m.Restarts))}, notes(m))
+			cell{text: orDash(m.ReplayLag)}, cell{text: orDash(m.SyncState)}, cell{text: orDash(m.Node)}, cell{text: strconv.Itoa(int(m.Restarts))}, notes(m))
 	}
 	t.write(p)
 }

@@ -40,10 +40,10 @@ func fixture() (*pgv1.PostgresCluster, []corev1.Pod, []corev1.Event) {
 				{Type: "ContinuousArchiving", Status: "True", Reason: "Archiving", Message: "WAL archived 12s ago", LastTransitionTime: ago(2 * time.Hour)},
 			},
 			InstancesStatus: []pgv1.InstanceStatus{
-				{Name: "db-0", Ready: true, Role: "replica", Timeline: 2, LSN: "0/5000060", Streaming: true, LagBytes: ptr.To[int64](0), RejoinedAt: "x"},
+				{Name: "db-0", Ready: true, Role: "replica", Timeline: 2, LSN: "0/5000060", Streaming: true, LagBytes: ptr.To[int64](0), SyncState: "quorum", RejoinedAt: "x"},
 				{Name: "db-1", Ready: true, Role: "primary", Timeline: 2, LSN: "0/5000060"},
 				{Name: "db-2", Ready: true, Role: "replica", Timeline: 2, LSN: "0/4FF0000", Streaming: true, LagBytes: ptr.To[int64](3 << 20),
-					ReplayLag: "1.25s", PendingRestart: []string{"shared_buffers"}},
+					ReplayLag: "1.25s", SyncState: "quorum", PendingRestart: []string{"shared_buffers"}},
 			},
 			Backup: &pgv1.ClusterBackupStatus{
 				LastArchivedWAL: "000000020000000000000005", LastArchivedTime: ptr.To(ago(12 * time.Second)),
@@ -52,6 +52,7 @@ func fixture() (*pgv1.PostgresCluster, []corev1.Pod, []corev1.Event) {
 			},
 		},
 	}
+	c.Spec.PostgreSQL.Synchronous = &pgv1.SynchronousSpec{Method: "any", Number: 1, DataDurability: "required"}
 	pods := []corev1.Pod{
 		testPod("db-2", "node-b", 0), testPod("db-0", "node-a", 1), testPod("db-1", "node-b", 0),
 	}

@@ -2,6 +2,7 @@ package plugin
 
 import (
 	"cmp"
+	"fmt"
 	"slices"
 	"time"
 
@@ -30,6 +31,7 @@ type ClusterView struct {
 	Timeline        int64           `json:"timeline,omitempty"`
 	OperatorVersion string          `json:"operatorVersion,omitempty"`
 	Image           string          `json:"image,omitempty"`
+	Synchronous     string          `json:"synchronous,omitempty"`
 	InProgress      string          `json:"inProgress,omitempty"`
 	Conditions      []ConditionView `json:"conditions,omitempty"`
 	Members         []InstanceView  `json:"instances,omitempty"`
@@ -56,6 +58,7 @@ type InstanceView struct {
 	LSN            string   `json:"lsn,omitempty"`
 	LagBytes       *int64   `json:"lagBytes,omitempty"`
 	ReplayLag      string   `json:"replayLag,omitempty"`
+	SyncState      string   `json:"syncState,omitempty"`
 	PendingRestart []string `json:"pendingRestart,omitempty"`
 	Fenced         string   `json:"fenced,omitempty"`
 	Error          string   `json:"error,omitempty"`
@@ -96,7 +99,7 @@ func BuildClusterView(c *pgv1.PostgresCluster, pods []corev1.Pod, events []corev
 		Instances: c.Spec.Instances, ReadyInstances: c.Status.ReadyInstances,
 		Primary: c.Status.CurrentPrimary, PrimarySince: c.Status.CurrentPrimaryTimestamp,
 		Timeline: c.Status.Timeline, OperatorVersion: c.Status.OperatorVersion, Image: c.Spec.Image,
-		InProgress: inProgress(c.Status),
+		InProgress: inProgress(c.Status), Synchronous: synchronous(c.Spec.PostgreSQL.Synchronous),
 	}
 	for _, cond := range c.Status.Conditions {
 		v.Conditions = append(v.Conditions, conditionView(cond))
@@ -125,6 +128,18 @@ func inProgress(s pgv1.PostgresClusterStatus) string {
 	}
 }
 
+// synchronous describes spec.synchronous, e.g. "any 1 (dataDurability required)".
+func synchronous(s *pgv1.SynchronousSpec) string {
+	if s == nil {
+		return ""
+	}
+	d := s.DataDurability
+	if d == "" {
+		d = "default"
+	}
+	return fmt.Sprintf("%s %d (dataDurability %s)", s.Method, s.Number, d)
+}
+
 // instanceViews joins the agents' reports with the pods, by name; a pod no agent reported on
 // yet is listed too, and a report without a pod (being recreated) keeps its row.
 func instanceViews(reported []pgv1.InstanceStatus, pods []corev1.Pod) []InstanceView {
@@ -133,7 +148,7 @@ func instanceViews(reported []pgv1.InstanceStatus, pods []corev1.Pod) []Instance
 	for _, r := range reported {
 		views = append(views, InstanceView{
 			Name: r.Name, Role: r.Role, Ready: r.Ready, Streaming: r.Streaming, Timeline: r.Timeline, LSN: r.LSN,
-			LagBytes: r.LagBytes, ReplayLag: r.ReplayLag, PendingRestart: r.PendingRestart, Fenced: r.Fenced, Error: r.Error,
+			LagBytes: r.LagBytes, ReplayLag: r.ReplayLag, SyncState: r.SyncState, PendingRestart: r.PendingRestart, Fenced: r.Fenced, Error: r.Error,
 		})
 	}
 	for _, p := range pods {

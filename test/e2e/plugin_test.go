@@ -52,12 +52,19 @@ func pluginSpecs(clusterOf func() *pgv1.PostgresCluster) {
 		Expect(k8s.Get(ctx, client.ObjectKeyFromObject(cluster), current)).To(Succeed())
 		Expect(view.Primary).To(Equal(current.Status.CurrentPrimary))
 		Expect(view.Members).To(HaveLen(int(current.Spec.Instances)))
+		synchronous := 0
 		for _, m := range view.Members {
 			if m.Name != view.Primary {
 				Expect(m.Role).To(Equal("replica"), "%s", m.Name)
 				Expect(m.Streaming).To(BeTrue(), "replica %s", m.Name)
+				Expect(m.SyncState).To(BeElementOf("sync", "quorum", "potential", "async"), "replica %s", m.Name)
+				if m.SyncState == "sync" || m.SyncState == "quorum" {
+					synchronous++
+				}
 			}
 		}
+		Expect(view.Synchronous).NotTo(BeEmpty(), "the cluster is synchronous")
+		Expect(synchronous).To(BeNumerically(">=", 1), "no replica confirms commits of this synchronous cluster")
 		text, err := kubectlPgpilot(ctx, cluster.Namespace, "status", cluster.Name)
 		Expect(err).NotTo(HaveOccurred())
 		Expect(text).To(ContainSubstring("Primary:      " + view.Primary))

@@ -172,6 +172,9 @@ type ReplicaStatus struct {
 	// ReplayLagSeconds is how long the standby took to replay recent WAL (replay_lag); nil
 	// once it has caught up and the primary writes nothing. Agents of 0.2.0 do not send it.
 	ReplayLagSeconds *float64 `json:"replayLagSeconds,omitempty"`
+	// SyncState is pg_stat_replication.sync_state: sync, quorum, potential or async. Agents of
+	// 0.2.0 do not send it.
+	SyncState string `json:"syncState,omitempty"`
 }
 
 // DropSlotsRequest names the replication slots to drop; those a standby uses are kept.

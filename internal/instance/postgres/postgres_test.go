@@ -98,7 +98,8 @@ func TestPrimaryStandbyReplicationReloadAndStatus(t *testing.T) {
 			return fmt.Errorf("timelines %d/%d", p.Timeline, s.Timeline)
 		case !s.Streaming:
 			return fmt.Errorf("standby not streaming")
-		case len(p.Replicas) != 1 || p.Replicas[0].ApplicationName != "pgtest-1" || p.Replicas[0].State != "streaming":
+		case len(p.Replicas) != 1 || p.Replicas[0].ApplicationName != "pgtest-1" || p.Replicas[0].State != "streaming" ||
+			p.Replicas[0].SyncState != "async": // no synchronous_standby_names here
 			return fmt.Errorf("primary sees replicas %+v", p.Replicas)
 		case len(p.Slots) != 1 || p.Slots[0] != (agentapi.SlotStatus{Name: "pgtest_1", Active: true}):
 			return fmt.Errorf("slots %+v", p.Slots)

@@ -53,7 +53,7 @@ func QueryStatus(ctx context.Context, conn *pgx.Conn) (*agentapi.Status, error) 
 	}
 	rows, err = conn.Query(ctx, `SELECT application_name, state, COALESCE(replay_lsn::text, ''),
 		COALESCE(pg_wal_lsn_diff(pg_current_wal_lsn(), replay_lsn), 0)::bigint,
-		EXTRACT(epoch FROM replay_lag)::float8
+		EXTRACT(epoch FROM replay_lag)::float8, sync_state
 		FROM pg_stat_replication ORDER BY application_name`)
 	if err != nil {
 		return nil, fmt.Errorf("query replication: %w", err)
