@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"slices"
 	"sync"
 	"time"
@@ -96,7 +95,7 @@ func (s *session) eachLogLine(ctx context.Context, pod string, opts *corev1.PodL
 	for lines.Scan() {
 		each(lines.Text())
 	}
-	if err := lines.Err(); err != nil && err != io.EOF && ctx.Err() == nil {
+	if err := lines.Err(); err != nil && ctx.Err() == nil {
 		return fmt.Errorf("logs of pod %s: %w", pod, err)
 	}
 	return nil

@@ -42,9 +42,8 @@ func (p printer) paint(c colour, text string) string {
 // RenderStatus writes v as `kubectl pgpilot status` shows it; now is the clock ages are
 // measured with, colour whether to use a terminal's colours.
 func RenderStatus(w io.Writer, v ClusterView, now time.Time, colour bool) error {
-	p := printer{w: w, colour: colour, now: now}
 	var b strings.Builder
-	p.w = &b
+	p := printer{w: &b, colour: colour, now: now}
 	p.header(v)
 	p.conditions(v.Conditions)
 	p.instances(v.Members)

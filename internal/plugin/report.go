@@ -100,6 +100,9 @@ func (s *session) writeReport(ctx context.Context, w io.Writer, name string) err
 	r.addYAML(dir+"events.yaml", events.Items)
 	s.addChildren(ctx, r, dir+"objects/", c)
 	for _, p := range pods {
+		r.addYAML(dir+"objects/Pod/"+p.Name+".yaml", tidy(&p))
+	}
+	for _, p := range pods {
 		s.addLogs(ctx, r, dir+"logs/", p, builder.PostgresContainerName)
 	}
 	var operators corev1.PodList
@@ -119,10 +122,11 @@ func (s *session) writeReport(ctx context.Context, w io.Writer, name string) err
 	return r.err
 }
 
-// addChildren adds every object of the cluster by kind, Secrets with their values redacted.
+// addChildren adds the cluster's objects by kind (its pods, read already, aside), Secrets with
+// their values redacted.
 func (s *session) addChildren(ctx context.Context, r *report, dir string, c *pgv1.PostgresCluster) {
 	selector := client.MatchingLabels(builder.SelectorLabels(c))
-	lists := []client.ObjectList{&appsv1.StatefulSetList{}, &corev1.PodList{}, &corev1.ServiceList{}, &corev1.ConfigMapList{},
+	lists := []client.ObjectList{&appsv1.StatefulSetList{}, &corev1.ServiceList{}, &corev1.ConfigMapList{},
 		&corev1.PersistentVolumeClaimList{}, &policyv1.PodDisruptionBudgetList{}, &corev1.SecretList{}, &pgv1.BackupList{}, &pgv1.ScheduledBackupList{}}
 	for _, list := range lists {
 		opts := []client.ListOption{client.InNamespace(c.Namespace), selector}

@@ -143,24 +143,22 @@ func synchronous(s *pgv1.SynchronousSpec) string {
 // instanceViews joins the agents' reports with the pods, by name; a pod no agent reported on
 // yet is listed too, and a report without a pod (being recreated) keeps its row.
 func instanceViews(reported []pgv1.InstanceStatus, pods []corev1.Pod) []InstanceView {
-	byName := map[string]*InstanceView{}
 	var views []InstanceView
+	row := map[string]int{}
 	for _, r := range reported {
+		row[r.Name] = len(views)
 		views = append(views, InstanceView{
 			Name: r.Name, Role: r.Role, Ready: r.Ready, Streaming: r.Streaming, Timeline: r.Timeline, LSN: r.LSN,
 			LagBytes: r.LagBytes, ReplayLag: r.ReplayLag, SyncState: r.SyncState, PendingRestart: r.PendingRestart, Fenced: r.Fenced, Error: r.Error,
 		})
 	}
 	for _, p := range pods {
-		if !slices.ContainsFunc(views, func(v InstanceView) bool { return v.Name == p.Name }) {
+		i, ok := row[p.Name]
+		if !ok {
+			i = len(views)
 			views = append(views, InstanceView{Name: p.Name})
 		}
-	}
-	for i := range views {
-		byName[views[i].Name] = &views[i]
-	}
-	for _, p := range pods {
-		v := byName[p.Name]
+		v := &views[i]
 		v.Node, v.PodPhase = p.Spec.NodeName, string(p.Status.Phase)
 		for _, s := range p.Status.ContainerStatuses {
 			v.Restarts += s.RestartCount
