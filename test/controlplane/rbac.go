@@ -4,8 +4,11 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"time"
 
+	authorizationv1 "k8s.io/api/authorization/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	"sigs.k8s.io/yaml"
@@ -29,6 +32,7 @@ func (cp *ControlPlane) UserKubeconfig(ctx context.Context, admin client.Client,
 	if err := admin.Create(ctx, binding); err != nil {
 		return "", fmt.Errorf("create ClusterRoleBinding %s: %w", binding.Name, err)
 	}
+	granted := []grant{{rules: clusterRole.Rules}}
 	for _, file := range roleFiles {
 		role := &rbacv1.Role{}
 		if err := decodeFile(file, role); err != nil {
@@ -44,8 +48,60 @@ func (cp *ControlPlane) UserKubeconfig(ctx context.Context, admin client.Client,
 		if err := admin.Create(ctx, binding); err != nil {
 			return "", fmt.Errorf("create RoleBinding %s: %w", binding.Name, err)
 		}
+		granted = append(granted, grant{namespace: namespace, rules: role.Rules})
+	}
+	if err := waitAuthorized(ctx, admin, user, namespace, granted); err != nil {
+		return "", err
 	}
 	return cp.Kubeconfig(envtest.User{Name: user})
+}
+
+type grant struct {
+	namespace string
+	rules     []rbacv1.PolicyRule
+}
+
+// waitAuthorized returns once the authorizer allows user the first rule of every grant. The
+// RBAC authorizer reads roles and bindings from informers, so a request made right after the
+// Creates above can still be forbidden; a user started then would fail on its first call.
+func waitAuthorized(ctx context.Context, admin client.Client, user, namespace string, grants []grant) error {
+	for _, g := range grants {
+		if len(g.rules) == 0 {
+			continue
+		}
+		review := accessReview(user, namespace, g.rules[0])
+		err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 30*time.Second, true,
+			func(ctx context.Context) (bool, error) {
+				attempt := review.DeepCopy()
+				if err := admin.Create(ctx, attempt); err != nil {
+					return false, err
+				}
+				return attempt.Status.Allowed, nil
+			})
+		if err != nil {
+			return fmt.Errorf("wait for RBAC to allow %s %+v: %w", user, review.Spec, err)
+		}
+	}
+	return nil
+}
+
+func accessReview(user, namespace string, rule rbacv1.PolicyRule) *authorizationv1.SubjectAccessReview {
+	review := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{User: user}}
+	first := func(values []string) string {
+		if len(values) == 0 {
+			return ""
+		}
+		return values[0]
+	}
+	if len(rule.NonResourceURLs) > 0 {
+		review.Spec.NonResourceAttributes = &authorizationv1.NonResourceAttributes{
+			Path: first(rule.NonResourceURLs), Verb: first(rule.Verbs)}
+		return review
+	}
+	review.Spec.ResourceAttributes = &authorizationv1.ResourceAttributes{Namespace: namespace,
+		Group: first(rule.APIGroups), Resource: first(rule.Resources), Verb: first(rule.Verbs),
+		Name: first(rule.ResourceNames)}
+	return review
 }
 
 func decodeFile(path string, into any) error {
