@@ -22,6 +22,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"time"
@@ -30,6 +31,7 @@ import (
 	// to ensure that exec-entrypoint and run can make use of them.
 	_ "k8s.io/client-go/plugin/pkg/client/auth"
 
+	"github.com/KimMachineGun/automemlimit/memlimit"
 	monitoringv1 "github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -73,6 +75,9 @@ func main() {
 	var enableHTTP2 bool
 	var maxConcurrentReconciles int
 	var reconcileTimeout time.Duration
+	var apiQPS float64
+	var apiBurst int
+	var pprofAddr string
 	var tlsOpts []func(*tls.Config)
 	flag.StringVar(&metricsAddr, "metrics-bind-address", "0", "The address the metrics endpoint binds to. "+
 		"Use :8443 for HTTPS or :8080 for HTTP, or leave as 0 to disable the metrics service.")
@@ -107,6 +112,16 @@ func main() {
 		"How many PostgresClusters are reconciled in parallel (one key is never handed to two workers).")
 	flag.DurationVar(&reconcileTimeout, "reconcile-timeout", 2*time.Minute,
 		"Deadline of one reconcile, bounding every API call it makes.")
+	// client-go's defaults (5 QPS, burst 10; controller-runtime raises them to 20 and 30) make a
+	// thousand new clusters, about twenty requests each, queue for over fifteen minutes on the
+	// client alone. The API server's priority and fairness still shares its capacity out; these
+	// only stop a runaway operator before it gets there (docs/benchmarks.md has the measurements).
+	flag.Float64Var(&apiQPS, "kube-api-qps", defaultAPIQPS,
+		"Requests per second the operator's API client sustains (client-side rate limit).")
+	flag.IntVar(&apiBurst, "kube-api-burst", defaultAPIBurst,
+		"Requests the operator's API client may send at once above --kube-api-qps.")
+	flag.StringVar(&pprofAddr, "pprof-bind-address", "",
+		"Serve Go's pprof profiles on this address (e.g. 127.0.0.1:6060); empty serves none.")
 	opts := zap.Options{
 		Development: false,
 	}
@@ -114,6 +129,7 @@ func main() {
 	flag.Parse()
 
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&opts)))
+	setMemoryLimit()
 
 	// if the enable-http2 flag is false (the default), http/2 should be disabled
 	// due to its vulnerabilities. More specifically, disabling http/2 will
@@ -169,6 +185,7 @@ func main() {
 	setupLog.Info("watching", "namespaces", watchNamespaces)
 
 	restConfig := ctrl.GetConfigOrDie()
+	restConfig.QPS, restConfig.Burst = float32(apiQPS), apiBurst
 	podMonitors, err := controller.PodMonitorsServed(restConfig)
 	if err != nil {
 		setupLog.Error(err, "unable to find out whether PodMonitors are served")
@@ -181,6 +198,7 @@ func main() {
 		Metrics:                 metricsServerOptions,
 		Cache:                   controller.CacheOptions(watchNamespaces, podMonitors),
 		HealthProbeBindAddress:  probeAddr,
+		PprofBindAddress:        pprofAddr,
 		LeaderElection:          enableLeaderElection,
 		LeaderElectionID:        "pgpilot-operator.pgpilot.io",
 		LeaderElectionNamespace: leaderElectionNamespace,
@@ -282,4 +300,25 @@ func operatorImage(reader client.Reader) (string, error) {
 		}
 	}
 	return "", fmt.Errorf("pod %s/%s has no container named manager", namespace, name)
+}
+
+// Defaults of --kube-api-qps and --kube-api-burst, chosen with `make bench`.
+const (
+	defaultAPIQPS   = 200
+	defaultAPIBurst = 400
+)
+
+// setMemoryLimit sets the Go runtime's soft memory limit (GOMEMLIMIT) to 90 % of the container's
+// memory limit (its cgroup), so the garbage collector works harder before the kernel kills the
+// process instead. GOMEMLIMIT or AUTOMEMLIMIT in the environment take precedence.
+func setMemoryLimit() {
+	limit, err := memlimit.Set(memlimit.WithRatio(0.9))
+	switch {
+	case err != nil:
+		setupLog.Error(err, "cannot set GOMEMLIMIT from the cgroup's memory limit; running without one")
+	case limit == math.MaxInt64:
+		setupLog.Info("no memory limit: GOMEMLIMIT unset")
+	default:
+		setupLog.Info("memory limit", "GOMEMLIMIT", limit)
+	}
 }

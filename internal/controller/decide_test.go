@@ -4,6 +4,7 @@ import (
 	"context"
 	"slices"
 	"testing"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -165,5 +166,22 @@ func TestDecideStagesCallTheRightAgent(t *testing.T) {
 	}
 	if len(agents.restarts) != 1 {
 		t.Errorf("restarted %v", agents.restarts)
+	}
+}
+
+func TestWatchedWaitPoll(t *testing.T) {
+	r := &PostgresClusterReconciler{RequeueInterval: 15 * time.Second}
+	for _, tt := range []struct {
+		waited, want time.Duration
+	}{
+		{0, 15 * time.Second},
+		{20 * time.Second, 15 * time.Second},
+		{time.Minute, 30 * time.Second},
+		{3 * time.Minute, 90 * time.Second},
+		{time.Hour, maxWatchedWaitPoll},
+	} {
+		if got := r.watchedWaitPoll(tt.waited); got != tt.want {
+			t.Errorf("watchedWaitPoll(%s) = %s, want %s", tt.waited, got, tt.want)
+		}
 	}
 }

@@ -13,6 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/client-go/util/workqueue"
@@ -76,11 +77,25 @@ type PostgresClusterReconciler struct {
 
 	// logNotices are the notable PostgreSQL log records already announced (lognotices.go).
 	logNotices logNoticesSeen
+	// unchanged lets reconciles that would find every owned object up to date skip comparing.
+	unchanged unchangedChildren
 
 	leaseOnce    sync.Once
 	leaseTracker *leaseTracker
 	// leaseAlarms carries the clusters whose primary Lease stopped being renewed.
 	leaseAlarms chan event.TypedGenericEvent[types.NamespacedName]
+}
+
+// maxWatchedWaitPoll bounds the polling of a wait that a watch event ends (watchedWaitPoll).
+const maxWatchedWaitPoll = 2 * time.Minute
+
+// watchedWaitPoll is when to look again at a cluster that has waited for so long for something
+// a watch reports (a pod becoming ready): the event brings the next reconcile, so polling is only
+// a safety net, and it slows down as the wait goes on — half the time waited so far, between the
+// requeue interval and maxWatchedWaitPoll — instead of costing every waiting cluster a
+// reconcile every requeue interval for as long as it waits.
+func (r *PostgresClusterReconciler) watchedWaitPoll(waited time.Duration) time.Duration {
+	return min(max(waited/2, r.notYet().RequeueAfter), maxWatchedWaitPoll)
 }
 
 func (r *PostgresClusterReconciler) notYet() ctrl.Result {
@@ -104,6 +119,7 @@ func (r *PostgresClusterReconciler) stages() []stage {
 		{"refusals", r.holdAfterRefusal},
 		{"secrets", r.ensureSecrets},
 		{"backupsecrets", r.checkBackupSecrets},
+		{"unchanged", r.skipUnchangedChildren},
 		{"instanceaccess", r.ensureInstanceAccess},
 		{"lease", r.ensurePrimaryLease},
 		{"configmap", r.ensureConfigMap},
@@ -111,6 +127,7 @@ func (r *PostgresClusterReconciler) stages() []stage {
 		{"services", r.ensureServices},
 		{"poddisruptionbudget", r.ensurePodDisruptionBudget},
 		{"monitoring", r.ensureMonitoring},
+		{"remember", r.rememberUnchangedChildren},
 		{"observe", r.observe},
 		{"switchover", r.switchover},
 		{"failover", r.failover},
@@ -133,6 +150,9 @@ func (r *PostgresClusterReconciler) stages() []stage {
 func (r *PostgresClusterReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	cluster := &pgv1.PostgresCluster{}
 	if err := r.Get(ctx, req.NamespacedName, cluster); err != nil {
+		if apierrors.IsNotFound(err) {
+			r.unchanged.forget(req.NamespacedName)
+		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	if !cluster.DeletionTimestamp.IsZero() {

@@ -18,6 +18,7 @@ import (
 func (r *PostgresClusterReconciler) reconcileDelete(ctx context.Context, cluster *pgv1.PostgresCluster) (ctrl.Result, error) {
 	r.leases().forget(cluster.UID)
 	r.logNotices.forget(types.NamespacedName{Namespace: cluster.Namespace, Name: cluster.Name})
+	r.unchanged.forget(types.NamespacedName{Namespace: cluster.Namespace, Name: cluster.Name})
 	if cluster.Status.Phase == pgv1.PhaseDeleting {
 		return ctrl.Result{}, nil
 	}

@@ -26,6 +26,9 @@ import (
 // ensureInstanceAccess gives the instance agents their ServiceAccount, and a Role that lets
 // them read and renew the cluster's primary Lease and nothing else.
 func (r *PostgresClusterReconciler) ensureInstanceAccess(ctx context.Context, s *scope) (*stop, error) {
+	if s.childrenUnchanged {
+		return nil, nil
+	}
 	if err := ensureOwned(ctx, r, s, pgbuilder.BuildInstanceServiceAccount(s.cluster), &corev1.ServiceAccount{}); err != nil {
 		return nil, err
 	}
@@ -38,7 +41,8 @@ func (r *PostgresClusterReconciler) ensureInstanceAccess(ctx context.Context, s 
 // ensurePrimaryLease creates the primary Lease once, naming the current primary (the initial
 // one for a new cluster). Its renewals wake no reconcile (postgrescluster_leasewatch.go), and
 // a failover reads it from the API server, not the cache. After it exists, only failover and
-// switchover touch it, by a compare-and-swap grant.
+// switchover touch it, by a compare-and-swap grant. The cache (which the lease watch fills)
+// tells whether it exists: a restarted operator finds every Lease there and sends nothing.
 func (r *PostgresClusterReconciler) ensurePrimaryLease(ctx context.Context, s *scope) (*stop, error) {
 	if r.leases().known(s.cluster.UID) {
 		return nil, nil
@@ -48,8 +52,12 @@ func (r *PostgresClusterReconciler) ensurePrimaryLease(ctx context.Context, s *s
 		holder = pgbuilder.InstancePodName(s.cluster, 0)
 	}
 	lease := pgbuilder.BuildPrimaryLease(s.cluster, holder, metav1.NowMicro())
-	// A read first: a restarted operator finds every Lease there and writes nothing.
-	switch err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(lease), &coordinationv1.Lease{}); {
+	existing := &coordinationv1.Lease{}
+	switch err := r.Get(ctx, client.ObjectKeyFromObject(lease), existing); {
+	case err == nil && !metav1.IsControlledBy(existing, s.cluster):
+		// A deleted cluster's of the same name, which the garbage collector has yet to remove.
+		return waitFor("PreviousLeaseRemoving", fmt.Sprintf(
+			"Lease %s belongs to an earlier cluster of this name; waiting for it to be removed", lease.Name)), nil
 	case err == nil:
 		r.leases().remember(s.cluster.UID)
 		return nil, nil
@@ -60,7 +68,10 @@ func (r *PostgresClusterReconciler) ensurePrimaryLease(ctx context.Context, s *s
 	case err == nil:
 		recordWrite("Lease", "created")
 		s.created = append(s.created, "Lease "+lease.Name)
-	case !apierrors.IsAlreadyExists(err):
+	case apierrors.IsAlreadyExists(err):
+		// The cache had not seen it yet; the next reconcile checks whose it is.
+		return waitFor("LeaseCreating", fmt.Sprintf("Lease %s exists but is not in the cache yet", lease.Name)), nil
+	default:
 		return nil, fmt.Errorf("create lease %s: %w", lease.Name, err)
 	}
 	r.leases().remember(s.cluster.UID)

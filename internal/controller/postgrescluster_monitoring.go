@@ -103,6 +103,8 @@ func (r *PostgresClusterReconciler) ensurePodMonitor(ctx context.Context, s *sco
 					"when pgpilot started: install the Prometheus operator's CRDs, then restart pgpilot"}
 		}
 		return nil
+	case wanted && s.childrenUnchanged:
+		return nil
 	case wanted:
 		return ensureOwned(ctx, r, s, pgbuilder.BuildPodMonitor(s.cluster), &monitoringv1.PodMonitor{})
 	}
@@ -126,6 +128,7 @@ func (r *PostgresClusterReconciler) deletePodMonitor(ctx context.Context, s *sco
 	if err := r.Delete(ctx, live); client.IgnoreNotFound(err) != nil {
 		return fmt.Errorf("delete podmonitor %s: %w", live.Name, err)
 	}
+	s.childrenWritten = true
 	recordWrite(monitoringv1.PodMonitorsKind, "deleted")
 	logf.FromContext(ctx).Info("deleted owned object", "kind", monitoringv1.PodMonitorsKind, "name", live.Name)
 	return nil

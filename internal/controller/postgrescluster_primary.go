@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -14,12 +15,19 @@ import (
 	"github.com/pgpilot/pgpilot-operator/internal/instance/agentapi"
 )
 
+// reasonBootstrapping: a new cluster waits for its first instance to become ready.
+const reasonBootstrapping = "Bootstrapping"
+
 // decidePrimary settles who is primary and labels it role=primary and every other instance
 // role=replica, so that the -rw and -ro Services route to them.
 func (r *PostgresClusterReconciler) decidePrimary(ctx context.Context, s *scope) (*stop, error) {
 	primary, st := choosePrimary(s.cluster, s.observed)
 	s.primary = primary
 	if st != nil {
+		if st.reason == reasonBootstrapping {
+			// The first pod's readiness, which ends this wait, is watched.
+			st.after = r.watchedWaitPoll(time.Since(s.cluster.CreationTimestamp.Time))
+		}
 		return st, nil
 	}
 	return nil, r.labelRoles(ctx, s, s.primary)
@@ -57,7 +65,7 @@ func choosePrimary(c *pgv1.PostgresCluster, o *observed) (string, *stop) {
 	if pod := o.pod(first); pod != nil && podReady(pod) {
 		return first, nil
 	}
-	return "", waitFor("Bootstrapping", fmt.Sprintf("waiting for %s to initialise PostgreSQL and accept connections", first))
+	return "", waitFor(reasonBootstrapping, fmt.Sprintf("waiting for %s to initialise PostgreSQL and accept connections", first))
 }
 
 // labelRoles puts every instance's role on its pod: primary on the one named (none when

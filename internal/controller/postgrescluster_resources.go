@@ -18,6 +18,9 @@ import (
 // +kubebuilder:rbac:groups="",resources=configmaps,verbs=get;list;watch;create;patch
 
 func (r *PostgresClusterReconciler) ensureConfigMap(ctx context.Context, s *scope) (*stop, error) {
+	if s.childrenUnchanged {
+		return nil, nil
+	}
 	desired := pgbuilder.BuildConfigMap(s.cluster)
 	s.configHash = agentapi.ConfigHash([]byte(desired.Data[agentapi.PostgresqlConfFile]), []byte(desired.Data[agentapi.HBAConfFile]))
 	return nil, ensureOwned(ctx, r, s, desired, &corev1.ConfigMap{})
@@ -26,6 +29,9 @@ func (r *PostgresClusterReconciler) ensureConfigMap(ctx context.Context, s *scop
 // +kubebuilder:rbac:groups=apps,resources=statefulsets,verbs=get;list;watch;create;patch;delete
 
 func (r *PostgresClusterReconciler) ensureStatefulSet(ctx context.Context, s *scope) (*stop, error) {
+	if s.childrenUnchanged {
+		return nil, nil
+	}
 	image := s.cluster.Spec.Image
 	if image == "" {
 		image = r.DefaultImage
@@ -56,6 +62,9 @@ func (r *PostgresClusterReconciler) ensureStatefulSet(ctx context.Context, s *sc
 // +kubebuilder:rbac:groups="",resources=services,verbs=get;list;watch;create;patch
 
 func (r *PostgresClusterReconciler) ensureServices(ctx context.Context, s *scope) (*stop, error) {
+	if s.childrenUnchanged {
+		return nil, nil
+	}
 	for _, svc := range pgbuilder.BuildServices(s.cluster) {
 		if err := ensureOwned(ctx, r, s, svc, &corev1.Service{}); err != nil {
 			return nil, err
@@ -67,6 +76,9 @@ func (r *PostgresClusterReconciler) ensureServices(ctx context.Context, s *scope
 // +kubebuilder:rbac:groups=policy,resources=poddisruptionbudgets,verbs=get;list;watch;create;patch
 
 func (r *PostgresClusterReconciler) ensurePodDisruptionBudget(ctx context.Context, s *scope) (*stop, error) {
+	if s.childrenUnchanged {
+		return nil, nil
+	}
 	return nil, ensureOwned(ctx, r, s, pgbuilder.BuildPodDisruptionBudget(s.cluster), &policyv1.PodDisruptionBudget{})
 }
 
@@ -78,6 +90,7 @@ func ensureOwned[A apply.Config[A]](ctx context.Context, r *PostgresClusterRecon
 	if err != nil {
 		return fmt.Errorf("ensure %s %s: %w", kind, name, err)
 	}
+	s.noteEnsured(live, outcome != apply.Unchanged)
 	switch outcome {
 	case apply.Created:
 		s.created = append(s.created, kind+" "+name)

@@ -46,6 +46,11 @@ type scope struct {
 	backupProblem *reasonMessage
 	// monitoringProblem says why spec.monitoring cannot be honoured.
 	monitoringProblem *reasonMessage
+	// childrenUnchanged: the cluster and its owned objects are as the last reconcile found them
+	// up to date, so the ensure stages skip their work (postgrescluster_unchanged.go). Otherwise
+	// ensured collects the objects found up to date, and childrenWritten says one was written.
+	childrenUnchanged, childrenWritten bool
+	ensured                            []ensuredChild
 	// created and updated name the owned objects this reconcile wrote ("Kind name"), for one
 	// Event each instead of one per object.
 	created, updated []string

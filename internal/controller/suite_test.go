@@ -36,6 +36,8 @@ var (
 	managerCache client.Reader
 	scheme       = runtime.NewScheme()
 	writes       = &writeCounter{byNamespace: map[string]int{}}
+	// testReconciler is the reconciler the manager runs, for specs that look into its memory.
+	testReconciler *PostgresClusterReconciler
 )
 
 const (
@@ -87,6 +89,7 @@ var _ = BeforeSuite(func() {
 		PodMonitors:             true,
 	}
 	Expect(reconciler.SetupWithManager(mgr)).To(Succeed())
+	testReconciler = reconciler
 	go func() {
 		defer GinkgoRecover()
 		Expect(mgr.Start(ctx)).To(Succeed())

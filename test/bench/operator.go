@@ -14,6 +14,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/google/pprof/profile"
 )
 
 // clockTicks is USER_HZ, the unit of utime and stime in /proc/<pid>/stat on Linux.
@@ -22,7 +24,8 @@ const clockTicks = 100
 // operator is the manager binary running out of cluster as its own process and identity.
 type operator struct {
 	binary, kubeconfig, logPath string
-	metricsAddr                 string
+	metricsAddr, pprofAddr      string
+	flags                       []string
 	cmd                         *exec.Cmd
 }
 
@@ -46,14 +49,17 @@ func (o *operator) start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	if o.pprofAddr, err = freeAddr(); err != nil {
+		return err
+	}
 	logFile, err := os.OpenFile(o.logPath, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)
 	if err != nil {
 		return err
 	}
-	o.cmd = exec.Command(o.binary,
+	o.cmd = exec.Command(o.binary, append([]string{
 		"--leader-elect", "--leader-election-namespace=default",
-		"--metrics-bind-address="+o.metricsAddr, "--metrics-secure=false",
-		"--health-probe-bind-address="+probeAddr)
+		"--metrics-bind-address=" + o.metricsAddr, "--metrics-secure=false",
+		"--health-probe-bind-address=" + probeAddr, "--pprof-bind-address=" + o.pprofAddr}, o.flags...)...)
 	o.cmd.Env = append(os.Environ(), "KUBECONFIG="+o.kubeconfig, "RELATED_IMAGE_POSTGRES=postgres:15", "RELATED_IMAGE_AGENT=pgpilot-operator:bench")
 	o.cmd.Stdout, o.cmd.Stderr = logFile, logFile
 	o.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
@@ -145,6 +151,12 @@ func (o *operator) rssMiB() (float64, error) {
 
 // metric reads one unlabelled gauge from the manager's Prometheus endpoint.
 func (o *operator) metric(name string) (float64, error) {
+	return o.metricSum(name + " ")
+}
+
+// metricSum adds up the samples of the manager's metrics whose line starts with prefix (a name
+// and the start of its labels).
+func (o *operator) metricSum(prefix string) (float64, error) {
 	resp, err := http.Get("http://" + o.metricsAddr + "/metrics")
 	if err != nil {
 		return 0, err
@@ -152,12 +164,76 @@ func (o *operator) metric(name string) (float64, error) {
 	defer func() { _ = resp.Body.Close() }()
 	scanner := bufio.NewScanner(resp.Body)
 	scanner.Buffer(make([]byte, 1<<20), 1<<20)
+	sum, found := 0.0, false
 	for scanner.Scan() {
-		if rest, ok := strings.CutPrefix(scanner.Text(), name+" "); ok {
-			return strconv.ParseFloat(strings.TrimSpace(rest), 64)
+		line := scanner.Text()
+		if !strings.HasPrefix(line, prefix) {
+			continue
+		}
+		value, err := strconv.ParseFloat(line[strings.LastIndexByte(line, ' ')+1:], 64)
+		if err != nil {
+			return 0, fmt.Errorf("metric line %q: %w", line, err)
+		}
+		sum, found = sum+value, true
+	}
+	if !found {
+		return 0, fmt.Errorf("metric %s not found", strings.TrimSpace(prefix))
+	}
+	return sum, scanner.Err()
+}
+
+// reconciles is how many PostgresCluster reconciles the manager has run.
+func (o *operator) reconciles() (float64, error) {
+	return o.metricSum(`controller_runtime_reconcile_total{controller="postgrescluster",`)
+}
+
+// reconcileCPU profiles the manager for d and returns the CPU time spent under the
+// PostgresCluster reconciler's Reconcile, and the profile's sample count there.
+func (o *operator) reconcileCPU(ctx context.Context, d time.Duration) (time.Duration, int, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet,
+		fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", o.pprofAddr, int(d.Seconds())), nil)
+	if err != nil {
+		return 0, 0, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, 0, fmt.Errorf("cpu profile: %w", err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	if resp.StatusCode != http.StatusOK {
+		return 0, 0, fmt.Errorf("cpu profile: %s", resp.Status)
+	}
+	p, err := profile.Parse(resp.Body)
+	if err != nil {
+		return 0, 0, fmt.Errorf("cpu profile: %w", err)
+	}
+	cpu := slices.IndexFunc(p.SampleType, func(t *profile.ValueType) bool { return t.Type == "cpu" })
+	if cpu < 0 {
+		return 0, 0, fmt.Errorf("cpu profile without cpu samples")
+	}
+	count := slices.IndexFunc(p.SampleType, func(t *profile.ValueType) bool { return t.Type == "samples" })
+	var total time.Duration
+	samples := 0
+	for _, s := range p.Sample {
+		if underReconcile(s) {
+			total += time.Duration(s.Value[cpu])
+			if count >= 0 {
+				samples += int(s.Value[count])
+			}
 		}
 	}
-	return 0, fmt.Errorf("metric %s not found", name)
+	return total, samples, nil
+}
+
+func underReconcile(s *profile.Sample) bool {
+	for _, loc := range s.Location {
+		for _, line := range loc.Line {
+			if line.Function != nil && strings.HasSuffix(line.Function.Name, "(*PostgresClusterReconciler).Reconcile") {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 func median(values []float64) float64 {

@@ -25,8 +25,11 @@ type phaseRunner struct {
 // converge: every cluster created at once, until every child exists and the operator is quiet.
 func (p *phaseRunner) converge(r *report) error {
 	n := p.cfg.Clusters
-	p.progress(fmt.Sprintf("converge: creating %d PostgresClusters at once", n))
 	var err error
+	if r.Empty.RSSMiB, r.Empty.HeapMiB, err = p.op.memory(p.ctx, 3); err != nil {
+		return err
+	}
+	p.progress(fmt.Sprintf("converge: creating %d PostgresClusters at once", n))
 	r.Converge, err = p.measureChange("converge",
 		func() error { return createClusters(p.ctx, p.admin, n) },
 		func() (bool, error) { return converged(p.ctx, p.admin, n) })
@@ -71,16 +74,24 @@ func (p *phaseRunner) idle(r *report) error {
 		beats.end()
 		return err
 	}
-	start := time.Now()
-	select {
-	case <-p.ctx.Done():
+	reconcilesBefore, err := p.op.reconciles()
+	if err != nil {
 		beats.end()
-		return p.ctx.Err()
-	case <-time.After(p.cfg.Idle):
+		return err
 	}
+	start := time.Now()
+	// The profile covers the idle period: the request returns when it is over.
+	reconcileCPU, samples, err := p.op.reconcileCPU(p.ctx, p.cfg.Idle)
 	end := time.Now()
 	beats.end()
+	if err != nil {
+		return err
+	}
 	cpuAfter, err := p.op.cpuSeconds()
+	if err != nil {
+		return err
+	}
+	reconcilesAfter, err := p.op.reconciles()
 	if err != nil {
 		return err
 	}
@@ -106,6 +117,11 @@ func (p *phaseRunner) idle(r *report) error {
 		ReadsPerMinute:                   float64(w.Reads) / minutes,
 		LeaderElectionRequestsPerMin:     float64(w.LeaderElection) / minutes,
 		CPUMillisecondsPerMinute:         1000 * (cpuAfter - cpuBefore) / minutes,
+		Reconciles:                       reconcilesAfter - reconcilesBefore,
+		ReconcileCPUSamples:              samples,
+	}
+	if r.Idle.Reconciles > 0 {
+		r.Idle.CPUMillisecondsPerReconcile = float64(reconcileCPU.Microseconds()) / 1000 / r.Idle.Reconciles
 	}
 	return nil
 }
@@ -139,6 +155,7 @@ func (p *phaseRunner) restart(r *report) error {
 	}
 	r.Restart = w
 	r.Memory.RSSMiB, r.Memory.HeapMiB, err = p.op.memory(p.ctx, 5)
+	r.Memory.HeapKiBPerCluster = 1024 * (r.Memory.HeapMiB - r.Empty.HeapMiB) / float64(p.cfg.Clusters)
 	return err
 }
 

@@ -16,10 +16,17 @@ type report struct {
 	Churn    phaseResult `json:"churn"`
 	// Restart is what a fresh manager did over the converged clusters.
 	Restart window `json:"restart"`
+	// Empty is the manager's memory before any cluster exists.
+	Empty struct {
+		RSSMiB  float64 `json:"rssMiB"`
+		HeapMiB float64 `json:"heapMiB"`
+	} `json:"emptyMemory"`
 	// Memory of a fresh manager over the clusters, without unrelated objects.
 	Memory struct {
 		RSSMiB  float64 `json:"rssMiB"`
 		HeapMiB float64 `json:"heapMiB"`
+		// HeapKiBPerCluster is the heap beyond Empty's, per cluster.
+		HeapKiBPerCluster float64 `json:"heapKiBPerCluster"`
 	} `json:"memory"`
 	Cache *cacheResult `json:"cache,omitempty"`
 }
@@ -35,6 +42,11 @@ type idleResult struct {
 	ReadsPerMinute               float64 `json:"uncachedReadsPerMinute"`
 	LeaderElectionRequestsPerMin float64 `json:"leaderElectionRequestsPerMinute"`
 	CPUMillisecondsPerMinute     float64 `json:"cpuMillisecondsPerMinute"`
+	// Reconciles of PostgresClusters meanwhile, and the CPU a CPU profile found under Reconcile
+	// per reconcile, from ReconcileCPUSamples samples (100 a second of CPU).
+	Reconciles                  float64 `json:"reconciles"`
+	CPUMillisecondsPerReconcile float64 `json:"cpuMillisecondsPerReconcile"`
+	ReconcileCPUSamples         int     `json:"reconcileCPUSamples"`
 	Requests                     window  `json:"requests"`
 	// AgentRequests are the primaries' agents' Lease renewals meanwhile, by verb.
 	AgentRequests                    map[string]int `json:"agentRequests"`
@@ -66,11 +78,15 @@ func (r *report) print(out io.Writer) {
 	row("idle", "uncached reads/min", fmt.Sprintf("%.2f", r.Idle.ReadsPerMinute))
 	row("idle", "leader election requests/min", fmt.Sprintf("%.2f", r.Idle.LeaderElectionRequestsPerMin))
 	row("idle", "operator CPU (ms/min)", fmt.Sprintf("%.0f", r.Idle.CPUMillisecondsPerMinute))
+	row("idle", "reconciles/min per cluster", fmt.Sprintf("%.2f", r.Idle.Reconciles/float64(r.Config.Clusters)/r.Config.Idle.Minutes()))
+	row("idle", "CPU per reconcile (ms; profile samples)", fmt.Sprintf("%.3f (%d)", r.Idle.CPUMillisecondsPerReconcile, r.Idle.ReconcileCPUSamples))
 	row("idle", "primary's agent: Lease requests/min per cluster", fmt.Sprintf("%.2f", r.Idle.AgentRequestsPerClusterPerMinute))
 	row("churn", "time to roll a parameter into all (s)", fmt.Sprintf("%.1f", r.Churn.Seconds))
 	row("churn", "API requests per changed cluster", fmt.Sprintf("%.2f", r.Churn.RequestsPerCluster))
 	row("restart", "writes by a fresh manager", r.Restart.Writes)
+	row("memory", "RSS / Go heap with no cluster (MiB)", fmt.Sprintf("%.1f / %.1f", r.Empty.RSSMiB, r.Empty.HeapMiB))
 	row("memory", "RSS / Go heap (MiB)", fmt.Sprintf("%.1f / %.1f", r.Memory.RSSMiB, r.Memory.HeapMiB))
+	row("memory", "Go heap per cluster (KiB)", fmt.Sprintf("%.1f", r.Memory.HeapKiBPerCluster))
 	if r.Cache != nil {
 		row("cache bound", "RSS / Go heap with unrelated objects (MiB)", fmt.Sprintf("%.1f / %.1f", r.Cache.RSSMiB, r.Cache.HeapMiB))
 		row("cache bound", "growth RSS / Go heap (MiB)", fmt.Sprintf("%+.1f / %+.1f", r.Cache.RSSGrowthMiB, r.Cache.HeapGrowthMiB))

@@ -59,7 +59,8 @@ func run(ctx context.Context, cfg config, progress func(string)) (*report, error
 	if err != nil {
 		return nil, err
 	}
-	op := &operator{binary: filepath.Join(dir, "manager"), kubeconfig: kubeconfig, logPath: filepath.Join(dir, "manager.log")}
+	op := &operator{binary: filepath.Join(dir, "manager"), kubeconfig: kubeconfig, logPath: filepath.Join(dir, "manager.log"),
+		flags: cfg.ManagerFlags}
 	progress("building the manager")
 	build := exec.CommandContext(ctx, "go", "build", "-o", op.binary, "./cmd")
 	build.Dir, build.Stdout, build.Stderr = cfg.RepoRoot, os.Stderr, os.Stderr
