@@ -47,7 +47,7 @@ type idleResult struct {
 	Reconciles                  float64 `json:"reconciles"`
 	CPUMillisecondsPerReconcile float64 `json:"cpuMillisecondsPerReconcile"`
 	ReconcileCPUSamples         int     `json:"reconcileCPUSamples"`
-	Requests                     window  `json:"requests"`
+	Requests                    window  `json:"requests"`
 	// AgentRequests are the primaries' agents' Lease renewals meanwhile, by verb.
 	AgentRequests                    map[string]int `json:"agentRequests"`
 	AgentRequestsPerClusterPerMinute float64        `json:"agentRequestsPerClusterPerMinute"`
