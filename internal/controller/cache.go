@@ -19,10 +19,11 @@ import (
 // CacheOptions limits the manager's cache to the namespaces it watches and, for the kinds
 // pgpilot owns, to objects it labelled: unrelated Secrets, ConfigMaps and Pods in the cluster
 // cost it no memory. podMonitors adds the Prometheus operator's PodMonitors, where they are
-// served (PodMonitorsServed).
+// served (PodMonitorsServed). Cached objects carry no managedFields: nothing reads them from
+// the cache (server-side apply works on the API server), and they are a large part of each.
 func CacheOptions(namespaces []string, podMonitors bool) cache.Options {
 	managed := cache.ByObject{Label: labels.SelectorFromSet(labels.Set{pgbuilder.ManagedByLabel: pgbuilder.ManagedByValue})}
-	opts := cache.Options{ByObject: map[client.Object]cache.ByObject{
+	opts := cache.Options{DefaultTransform: cache.TransformStripManagedFields(), ByObject: map[client.Object]cache.ByObject{
 		&corev1.Secret{}:                managed,
 		&corev1.ConfigMap{}:             managed,
 		&corev1.Service{}:               managed,

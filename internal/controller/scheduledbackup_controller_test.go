@@ -59,6 +59,21 @@ func TestDueTime(t *testing.T) {
 	}
 }
 
+// A descriptor such as the e2e's "@every 30s" is due 30 s after the last backup, and next 30 s
+// after the reconcile that takes it.
+func TestDueTimeEvery(t *testing.T) {
+	every, err := cron.ParseStandard("@every 30s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	created := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+	now := created.Add(31 * time.Second)
+	due, next := dueTime(every, created, created, true, now)
+	if !due.Equal(created.Add(30*time.Second)) || !next.Equal(now.Add(30*time.Second)) {
+		t.Errorf("due %s next %s, want 30 s after the last and after now", due, next)
+	}
+}
+
 func scheduleFixture(t *testing.T, spec pgv1.ScheduledBackupSpec, now *time.Time, objs ...client.Object) (*ScheduledBackupReconciler, client.Client) {
 	t.Helper()
 	withTypes(t)

@@ -69,23 +69,32 @@ func (p *phaseRunner) startHeartbeats(dir string) (*heartbeats, error) {
 	}
 	ctx, stop := context.WithCancel(p.ctx)
 	h.stop = stop
-	h.done.Add(1)
-	go func() {
-		defer h.done.Done()
-		tick := time.NewTicker(time.Second)
-		defer tick.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case now := <-tick.C:
-				for _, k := range h.keepers {
-					_, _, _ = k.RenewIfDue(ctx, now)
-				}
+	// Each agent renews on its own; one loop over a thousand of them, a request at a time,
+	// would fall behind the five-second rhythm.
+	for shard := range heartbeatShards {
+		h.done.Add(1)
+		go h.renew(ctx, shard)
+	}
+	return h, nil
+}
+
+// heartbeatShards is how many goroutines renew the Leases, each for every heartbeatShards-th one.
+const heartbeatShards = 16
+
+func (h *heartbeats) renew(ctx context.Context, shard int) {
+	defer h.done.Done()
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-tick.C:
+			for i := shard; i < len(h.keepers); i += heartbeatShards {
+				_, _, _ = h.keepers[i].RenewIfDue(ctx, now)
 			}
 		}
-	}()
-	return h, nil
+	}
 }
 
 func (h *heartbeats) end() {

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -108,45 +109,65 @@ func (o *operator) cpuSeconds() (float64, error) {
 	return (utime + stime) / clockTicks, nil
 }
 
-// memory samples the manager's resident set and Go heap a few times and keeps the medians,
-// which the garbage collector's rhythm would otherwise make noisy.
-func (o *operator) memory(ctx context.Context, samples int) (rssMiB, heapMiB float64, err error) {
-	var rss, heap []float64
+// memoryUse is the manager's memory: its resident set, the part of it that is its own (anonymous;
+// the rest are pages of the binary and other files, clean and reclaimable), and the Go heap.
+type memoryUse struct {
+	RSSMiB     float64 `json:"rssMiB"`
+	RSSAnonMiB float64 `json:"rssAnonMiB"`
+	HeapMiB    float64 `json:"heapMiB"`
+}
+
+func (m memoryUse) String() string {
+	return fmt.Sprintf("%.1f / %.1f / %.1f", m.RSSMiB, m.RSSAnonMiB, m.HeapMiB)
+}
+
+// memory samples the manager's memory a few times, each right after a garbage collection
+// (which asking pprof for a heap profile with gc=1 runs), and keeps the medians: otherwise the
+// heap counts whatever garbage the collector's rhythm left, which grows with the heap itself.
+func (o *operator) memory(ctx context.Context, samples int) (memoryUse, error) {
+	var rss, anon, heap []float64
 	for i := range samples {
 		if i > 0 {
 			select {
 			case <-ctx.Done():
-				return 0, 0, ctx.Err()
+				return memoryUse{}, ctx.Err()
 			case <-time.After(2 * time.Second):
 			}
 		}
-		r, err := o.rssMiB()
+		if err := o.collectGarbage(ctx); err != nil {
+			return memoryUse{}, err
+		}
+		status, err := o.procStatusKiB("VmRSS", "RssAnon")
 		if err != nil {
-			return 0, 0, err
+			return memoryUse{}, err
 		}
 		h, err := o.metric("go_memstats_heap_inuse_bytes")
 		if err != nil {
-			return 0, 0, err
+			return memoryUse{}, err
 		}
-		rss, heap = append(rss, r), append(heap, h/(1<<20))
+		rss, anon, heap = append(rss, status[0]/1024), append(anon, status[1]/1024), append(heap, h/(1<<20))
 	}
-	return median(rss), median(heap), nil
+	return memoryUse{RSSMiB: median(rss), RSSAnonMiB: median(anon), HeapMiB: median(heap)}, nil
 }
 
-func (o *operator) rssMiB() (float64, error) {
-	f, err := os.Open(filepath.Join("/proc", strconv.Itoa(o.cmd.Process.Pid), "status"))
+// procStatusKiB reads fields of the manager's /proc/<pid>/status, in kB, in the order asked.
+func (o *operator) procStatusKiB(fields ...string) ([]float64, error) {
+	data, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(o.cmd.Process.Pid), "status"))
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
-	defer func() { _ = f.Close() }()
-	scanner := bufio.NewScanner(f)
-	for scanner.Scan() {
-		if rest, ok := strings.CutPrefix(scanner.Text(), "VmRSS:"); ok {
-			kib, err := strconv.ParseFloat(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 64)
-			return kib / 1024, err
+	values := make([]float64, len(fields))
+	for i, field := range fields {
+		_, rest, found := strings.Cut(string(data), "\n"+field+":")
+		if !found {
+			return nil, fmt.Errorf("no %s in /proc status", field)
+		}
+		line, _, _ := strings.Cut(rest, "\n")
+		if values[i], err = strconv.ParseFloat(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(line), "kB")), 64); err != nil {
+			return nil, fmt.Errorf("%s in /proc status: %w", field, err)
 		}
 	}
-	return 0, fmt.Errorf("no VmRSS in /proc status")
+	return values, nil
 }
 
 // metric reads one unlabelled gauge from the manager's Prometheus endpoint.
@@ -180,6 +201,19 @@ func (o *operator) metricSum(prefix string) (float64, error) {
 		return 0, fmt.Errorf("metric %s not found", strings.TrimSpace(prefix))
 	}
 	return sum, scanner.Err()
+}
+
+func (o *operator) collectGarbage(ctx context.Context) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+o.pprofAddr+"/debug/pprof/heap?gc=1", nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return fmt.Errorf("heap profile: %w", err)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	return resp.Body.Close()
 }
 
 // reconciles is how many PostgresCluster reconciles the manager has run.

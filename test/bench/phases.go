@@ -26,7 +26,7 @@ type phaseRunner struct {
 func (p *phaseRunner) converge(r *report) error {
 	n := p.cfg.Clusters
 	var err error
-	if r.Empty.RSSMiB, r.Empty.HeapMiB, err = p.op.memory(p.ctx, 3); err != nil {
+	if r.Empty, err = p.op.memory(p.ctx, 3); err != nil {
 		return err
 	}
 	p.progress(fmt.Sprintf("converge: creating %d PostgresClusters at once", n))
@@ -154,8 +154,8 @@ func (p *phaseRunner) restart(r *report) error {
 		return err
 	}
 	r.Restart = w
-	r.Memory.RSSMiB, r.Memory.HeapMiB, err = p.op.memory(p.ctx, 5)
-	r.Memory.HeapKiBPerCluster = 1024 * (r.Memory.HeapMiB - r.Empty.HeapMiB) / float64(p.cfg.Clusters)
+	r.Memory, err = p.op.memory(p.ctx, 5)
+	r.HeapKiBPerCluster = 1024 * (r.Memory.HeapMiB - r.Empty.HeapMiB) / float64(p.cfg.Clusters)
 	return err
 }
 
@@ -174,12 +174,12 @@ func (p *phaseRunner) cache(r *report) error {
 	if _, err := p.waitQuiet(); err != nil {
 		return err
 	}
-	rss, heap, err := p.op.memory(p.ctx, 5)
+	use, err := p.op.memory(p.ctx, 5)
 	if err != nil {
 		return err
 	}
-	r.Cache = &cacheResult{RSSMiB: rss, HeapMiB: heap,
-		RSSGrowthMiB: rss - r.Memory.RSSMiB, HeapGrowthMiB: heap - r.Memory.HeapMiB}
+	r.Cache = &cacheResult{memoryUse: use,
+		RSSGrowthMiB: use.RSSMiB - r.Memory.RSSMiB, HeapGrowthMiB: use.HeapMiB - r.Memory.HeapMiB}
 	return nil
 }
 

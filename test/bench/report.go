@@ -17,18 +17,12 @@ type report struct {
 	// Restart is what a fresh manager did over the converged clusters.
 	Restart window `json:"restart"`
 	// Empty is the manager's memory before any cluster exists.
-	Empty struct {
-		RSSMiB  float64 `json:"rssMiB"`
-		HeapMiB float64 `json:"heapMiB"`
-	} `json:"emptyMemory"`
+	Empty memoryUse `json:"emptyMemory"`
 	// Memory of a fresh manager over the clusters, without unrelated objects.
-	Memory struct {
-		RSSMiB  float64 `json:"rssMiB"`
-		HeapMiB float64 `json:"heapMiB"`
-		// HeapKiBPerCluster is the heap beyond Empty's, per cluster.
-		HeapKiBPerCluster float64 `json:"heapKiBPerCluster"`
-	} `json:"memory"`
-	Cache *cacheResult `json:"cache,omitempty"`
+	Memory memoryUse `json:"memory"`
+	// HeapKiBPerCluster is the heap beyond Empty's, per cluster.
+	HeapKiBPerCluster float64      `json:"heapKiBPerCluster"`
+	Cache             *cacheResult `json:"cache,omitempty"`
 }
 
 type phaseResult struct {
@@ -54,8 +48,7 @@ type idleResult struct {
 }
 
 type cacheResult struct {
-	RSSMiB        float64 `json:"rssMiB"`
-	HeapMiB       float64 `json:"heapMiB"`
+	memoryUse
 	RSSGrowthMiB  float64 `json:"rssGrowthMiB"`
 	HeapGrowthMiB float64 `json:"heapGrowthMiB"`
 }
@@ -84,11 +77,11 @@ func (r *report) print(out io.Writer) {
 	row("churn", "time to roll a parameter into all (s)", fmt.Sprintf("%.1f", r.Churn.Seconds))
 	row("churn", "API requests per changed cluster", fmt.Sprintf("%.2f", r.Churn.RequestsPerCluster))
 	row("restart", "writes by a fresh manager", r.Restart.Writes)
-	row("memory", "RSS / Go heap with no cluster (MiB)", fmt.Sprintf("%.1f / %.1f", r.Empty.RSSMiB, r.Empty.HeapMiB))
-	row("memory", "RSS / Go heap (MiB)", fmt.Sprintf("%.1f / %.1f", r.Memory.RSSMiB, r.Memory.HeapMiB))
-	row("memory", "Go heap per cluster (KiB)", fmt.Sprintf("%.1f", r.Memory.HeapKiBPerCluster))
+	row("memory", "with no cluster: RSS / anonymous RSS / Go heap (MiB)", r.Empty)
+	row("memory", "RSS / anonymous RSS / Go heap (MiB)", r.Memory)
+	row("memory", "Go heap per cluster (KiB)", fmt.Sprintf("%.1f", r.HeapKiBPerCluster))
 	if r.Cache != nil {
-		row("cache bound", "RSS / Go heap with unrelated objects (MiB)", fmt.Sprintf("%.1f / %.1f", r.Cache.RSSMiB, r.Cache.HeapMiB))
+		row("cache bound", "RSS / anonymous RSS / Go heap with unrelated objects (MiB)", r.Cache.memoryUse)
 		row("cache bound", "growth RSS / Go heap (MiB)", fmt.Sprintf("%+.1f / %+.1f", r.Cache.RSSGrowthMiB, r.Cache.HeapGrowthMiB))
 	}
 	_ = t.Flush()

@@ -47,8 +47,7 @@ func startPrometheus(ctx context.Context, podMonitor *monitoringv1.PodMonitor) *
 	ns := newNamespace(ctx, "e2e-prometheus")
 
 	// Both monitors go through the API server first: its CRDs validate what pgpilot ships.
-	rules := &monitoringv1.PrometheusRule{}
-	readManifest("prometheus/rules.yaml", rules)
+	rules := e2eRules()
 	rules.Namespace = ns
 	Expect(k8s.Create(ctx, rules)).To(Succeed())
 	operatorMonitor := &monitoringv1.ServiceMonitor{}
