@@ -163,6 +163,9 @@ func (r *PostgresClusterReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 	result, err := r.runStages(ctx, s)
 	r.announceWrites(s)
 	stale, statusErr := r.updateStatus(ctx, s, err)
+	if before, after := s.original.ResourceVersion, s.cluster.ResourceVersion; after != before {
+		r.unchanged.statusWritten(req.NamespacedName, before, after)
+	}
 	if err = errors.Join(err, statusErr); err != nil {
 		return ctrl.Result{}, err
 	}

@@ -15,9 +15,10 @@ import (
 // Building the desired objects and comparing them with the cache is nearly all of such a
 // reconcile's CPU, so a cluster whose inputs and owned objects are exactly as they were when
 // they were last found up to date skips it. The cluster's resourceVersion changes with its spec,
-// metadata (annotations such as the restart trigger) and status, which is everything the
-// builders read besides the operator's own settings; an owned object's changes with any edit,
-// so drift and deletion still lead to the full comparison and a repair.
+// metadata (annotations such as the restart trigger) and status, which covers everything the
+// builders read besides the operator's own settings (the reconciler's own status patches carry
+// the record over); an owned object's changes with any edit, so drift and deletion still lead
+// to the full comparison and a repair.
 
 // unchangedChildren remembers, per cluster, what the ensure stages last found up to date.
 type unchangedChildren struct {
@@ -54,6 +55,18 @@ func (u *unchangedChildren) set(key types.NamespacedName, record ensuredRecord) 
 		u.byCluster = map[types.NamespacedName]ensuredRecord{}
 	}
 	u.byCluster[key] = record
+}
+
+// statusWritten carries a record over the cluster's own status patch, which moved its
+// resourceVersion from before to after: the builders read no status (TestBuildersIgnoreStatus
+// in internal/builder), so the owned objects found up to date still are.
+func (u *unchangedChildren) statusWritten(key types.NamespacedName, before, after string) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if record, ok := u.byCluster[key]; ok && record.clusterVersion == before {
+		record.clusterVersion = after
+		u.byCluster[key] = record
+	}
 }
 
 func (u *unchangedChildren) forget(key types.NamespacedName) {

@@ -22,6 +22,8 @@ type config struct {
 	Clusters  int           `json:"clusters"`
 	Idle      time.Duration `json:"idle"`
 	Unrelated int           `json:"unrelatedPerKind"`
+	// CPUProfile, when set, is where the idle phase's CPU profile of the manager is written.
+	CPUProfile string `json:"-"`
 	// ManagerFlags are extra flags of the manager, e.g. to compare --kube-api-qps settings.
 	ManagerFlags []string `json:"managerFlags,omitempty"`
 	// RepoRoot holds config/ (CRDs, RBAC) and cmd/ (the manager).
@@ -33,6 +35,7 @@ func main() {
 	flag.IntVar(&cfg.Clusters, "clusters", 100, "PostgresClusters created at once (up to 1000)")
 	flag.DurationVar(&cfg.Idle, "idle", 3*time.Minute, "how long the converged clusters are left alone")
 	flag.IntVar(&cfg.Unrelated, "unrelated", 10000, "unrelated Secrets and as many ConfigMaps for the cache-bound phase (0 skips it)")
+	flag.StringVar(&cfg.CPUProfile, "cpuprofile", "", "write the manager's CPU profile of the idle phase here (go tool pprof)")
 	managerFlags := flag.String("manager-flags", "", "extra flags for the manager, separated by spaces")
 	reportPath := flag.String("report", "bench-report.json", "where to write the JSON report")
 	budgetsPath := flag.String("budgets", "test/bench/budgets.yaml", "budgets to enforce")

@@ -222,8 +222,9 @@ func (o *operator) reconciles() (float64, error) {
 }
 
 // reconcileCPU profiles the manager for d and returns the CPU time spent under the
-// PostgresCluster reconciler's Reconcile, and the profile's sample count there.
-func (o *operator) reconcileCPU(ctx context.Context, d time.Duration) (time.Duration, int, error) {
+// PostgresCluster reconciler's Reconcile, and the profile's sample count there. It writes the
+// profile to save, unless that is empty.
+func (o *operator) reconcileCPU(ctx context.Context, d time.Duration, save string) (time.Duration, int, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet,
 		fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", o.pprofAddr, int(d.Seconds())), nil)
 	if err != nil {
@@ -237,7 +238,16 @@ func (o *operator) reconcileCPU(ctx context.Context, d time.Duration) (time.Dura
 	if resp.StatusCode != http.StatusOK {
 		return 0, 0, fmt.Errorf("cpu profile: %s", resp.Status)
 	}
-	p, err := profile.Parse(resp.Body)
+	data, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return 0, 0, fmt.Errorf("cpu profile: %w", err)
+	}
+	if save != "" {
+		if err := os.WriteFile(save, data, 0o644); err != nil {
+			return 0, 0, err
+		}
+	}
+	p, err := profile.ParseData(data)
 	if err != nil {
 		return 0, 0, fmt.Errorf("cpu profile: %w", err)
 	}

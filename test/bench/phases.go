@@ -81,7 +81,7 @@ func (p *phaseRunner) idle(r *report) error {
 	}
 	start := time.Now()
 	// The profile covers the idle period: the request returns when it is over.
-	reconcileCPU, samples, err := p.op.reconcileCPU(p.ctx, p.cfg.Idle)
+	reconcileCPU, samples, err := p.op.reconcileCPU(p.ctx, p.cfg.Idle, p.cfg.CPUProfile)
 	end := time.Now()
 	beats.end()
 	if err != nil {
