@@ -18,6 +18,12 @@ type budgets struct {
 	MaxRequestsPerConvergedCluster          float64 `json:"maxRequestsPerConvergedCluster"`
 	MaxRequestsPerChangedCluster            float64 `json:"maxRequestsPerChangedCluster"`
 	AgentRequestsPerClusterPerMinute        float64 `json:"agentRequestsPerClusterPerMinute"`
+	// Enforced only where the measurement is stable enough (see budgets.yaml).
+	MaxIdleReconcileCPUMilliseconds float64 `json:"maxIdleReconcileCPUMilliseconds"`
+	MinReconcileCPUSamples          int     `json:"minReconcileCPUSamples"`
+	MaxIdleCPUPercentPer100Clusters float64 `json:"maxIdleCPUPercentPer100Clusters"`
+	MaxHeapKiBPerCluster            float64 `json:"maxHeapKiBPerCluster"`
+	MinClustersForPerClusterBudgets int     `json:"minClustersForPerClusterBudgets"`
 }
 
 func loadBudgets(path string) (budgets, error) {
@@ -49,5 +55,12 @@ func (b budgets) violations(r *report) []string {
 	check("requests per converged cluster", r.Converge.RequestsPerCluster, b.MaxRequestsPerConvergedCluster)
 	check("requests per changed cluster", r.Churn.RequestsPerCluster, b.MaxRequestsPerChangedCluster)
 	check("primary's agent Lease requests/min per cluster", r.Idle.AgentRequestsPerClusterPerMinute, b.AgentRequestsPerClusterPerMinute)
+	if r.Idle.ReconcileCPUSamples >= b.MinReconcileCPUSamples {
+		check("CPU per idle reconcile (ms)", r.Idle.CPUMillisecondsPerReconcile, b.MaxIdleReconcileCPUMilliseconds)
+	}
+	if r.Config.Clusters >= b.MinClustersForPerClusterBudgets {
+		check("idle CPU per 100 clusters (% of a core)", r.idleCPUPercentPer100Clusters(), b.MaxIdleCPUPercentPer100Clusters)
+		check("Go heap per cluster (KiB)", r.HeapKiBPerCluster, b.MaxHeapKiBPerCluster)
+	}
 	return out
 }

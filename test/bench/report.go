@@ -53,6 +53,11 @@ type cacheResult struct {
 	HeapGrowthMiB float64 `json:"heapGrowthMiB"`
 }
 
+// idleCPUPercentPer100Clusters is the manager's idle CPU, as a share of one core, per 100 clusters.
+func (r *report) idleCPUPercentPer100Clusters() float64 {
+	return r.Idle.CPUMillisecondsPerMinute / 60000 * 100 * 100 / float64(r.Config.Clusters)
+}
+
 func (r *report) print(out io.Writer) {
 	fmt.Fprintf(out, "\npgpilot benchmark: %d clusters, idle %s, %d unrelated objects per kind (%s)\n\n",
 		r.Config.Clusters, r.Config.Idle, r.Config.Unrelated, r.Machine)
@@ -70,7 +75,7 @@ func (r *report) print(out io.Writer) {
 	row("idle", "writes/min (besides leader election)", fmt.Sprintf("%.2f", r.Idle.WritesPerMinute))
 	row("idle", "uncached reads/min", fmt.Sprintf("%.2f", r.Idle.ReadsPerMinute))
 	row("idle", "leader election requests/min", fmt.Sprintf("%.2f", r.Idle.LeaderElectionRequestsPerMin))
-	row("idle", "operator CPU (ms/min)", fmt.Sprintf("%.0f", r.Idle.CPUMillisecondsPerMinute))
+	row("idle", "operator CPU (ms/min; % of a core per 100 clusters)", fmt.Sprintf("%.0f (%.2f %%)", r.Idle.CPUMillisecondsPerMinute, r.idleCPUPercentPer100Clusters()))
 	row("idle", "reconciles/min per cluster", fmt.Sprintf("%.2f", r.Idle.Reconciles/float64(r.Config.Clusters)/r.Config.Idle.Minutes()))
 	row("idle", "CPU per reconcile (ms; profile samples)", fmt.Sprintf("%.3f (%d)", r.Idle.CPUMillisecondsPerReconcile, r.Idle.ReconcileCPUSamples))
 	row("idle", "primary's agent: Lease requests/min per cluster", fmt.Sprintf("%.2f", r.Idle.AgentRequestsPerClusterPerMinute))
