@@ -16,7 +16,7 @@ func TestBudgetsReduced(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	cfg := config{Clusters: 20, Idle: 30 * time.Second, Unrelated: 1000, RepoRoot: "../.."}
+	cfg := config{Clusters: 20, Idle: 40 * time.Second, Unrelated: 1000, RepoRoot: "../.."}
 	r, err := run(ctx, cfg, func(msg string) { t.Log(msg) })
 	if err != nil {
 		t.Fatal(err)

@@ -62,36 +62,27 @@ func (p *phaseRunner) measureChange(name string, change func() error, done func(
 	return result, nil
 }
 
-// idle: the converged clusters wait at bootstrap; nothing should be written or read.
+// idle: the converged clusters wait at bootstrap; nothing should be written or read. In the
+// first half they only wait, as clusters without a primary do. In the second, an agent's
+// LeaseKeeper renews each cluster's primary Lease, as a running primary's agent does: the
+// operator watches those renewals, which costs it CPU, and the agents' requests are counted.
 func (p *phaseRunner) idle(r *report) error {
-	p.progress(fmt.Sprintf("idle: leaving the clusters alone for %s, each primary Lease renewed by an agent's LeaseKeeper", p.cfg.Idle))
+	half := p.cfg.Idle / 2
+	p.progress(fmt.Sprintf("idle: leaving the clusters alone for %s", half))
+	start := time.Now()
+	waiting, err := p.measureIdle(half, p.cfg.CPUProfile)
+	if err != nil {
+		return err
+	}
+	p.progress(fmt.Sprintf("idle: %s more, each primary Lease renewed by an agent's LeaseKeeper", half))
 	beats, err := p.startHeartbeats(p.dir)
 	if err != nil {
 		return err
 	}
-	cpuBefore, err := p.op.cpuSeconds()
-	if err != nil {
-		beats.end()
-		return err
-	}
-	reconcilesBefore, err := p.op.reconciles()
-	if err != nil {
-		beats.end()
-		return err
-	}
-	start := time.Now()
-	// The profile covers the idle period: the request returns when it is over.
-	reconcileCPU, samples, err := p.op.reconcileCPU(p.ctx, p.cfg.Idle, p.cfg.CPUProfile)
-	end := time.Now()
+	renewStart := time.Now()
+	renewing, err := p.measureIdle(half, "")
 	beats.end()
-	if err != nil {
-		return err
-	}
-	cpuAfter, err := p.op.cpuSeconds()
-	if err != nil {
-		return err
-	}
-	reconcilesAfter, err := p.op.reconciles()
+	end := time.Now()
 	if err != nil {
 		return err
 	}
@@ -99,31 +90,69 @@ func (p *phaseRunner) idle(r *report) error {
 	if err != nil {
 		return err
 	}
-	minutes := end.Sub(start).Minutes()
 	requests, err := readAudit(p.auditLog)
 	if err != nil {
 		return err
 	}
-	agents := agentRequests(requests, start, end)
+	agents := agentRequests(requests, renewStart, end)
 	total := 0
 	for _, n := range agents {
 		total += n
 	}
+	minutes := end.Sub(start).Minutes()
 	r.Idle = idleResult{
 		AgentRequests:                    agents,
-		AgentRequestsPerClusterPerMinute: float64(total) / float64(p.cfg.Clusters) / minutes,
+		AgentRequestsPerClusterPerMinute: float64(total) / float64(p.cfg.Clusters) / end.Sub(renewStart).Minutes(),
 		Requests:                         w,
 		WritesPerMinute:                  float64(w.Writes) / minutes,
 		ReadsPerMinute:                   float64(w.Reads) / minutes,
 		LeaderElectionRequestsPerMin:     float64(w.LeaderElection) / minutes,
-		CPUMillisecondsPerMinute:         1000 * (cpuAfter - cpuBefore) / minutes,
-		Reconciles:                       reconcilesAfter - reconcilesBefore,
-		ReconcileCPUSamples:              samples,
+		CPUMillisecondsPerMinute:         waiting.cpuPerMinute,
+		RenewingCPUMillisecondsPerMinute: renewing.cpuPerMinute,
+		ReconcilesPerClusterPerMinute:    waiting.reconciles / float64(p.cfg.Clusters) / half.Minutes(),
+		ReconcileCPUSamples:              waiting.samples,
 	}
-	if r.Idle.Reconciles > 0 {
-		r.Idle.CPUMillisecondsPerReconcile = float64(reconcileCPU.Microseconds()) / 1000 / r.Idle.Reconciles
+	if waiting.reconciles > 0 {
+		r.Idle.CPUMillisecondsPerReconcile = float64(waiting.reconcileCPU.Microseconds()) / 1000 / waiting.reconciles
 	}
 	return nil
+}
+
+// idleMeasure is the manager's CPU and reconciles over part of the idle phase.
+type idleMeasure struct {
+	cpuPerMinute, reconciles float64
+	reconcileCPU             time.Duration
+	samples                  int
+}
+
+// measureIdle profiles the manager for d (the profile request returns when d is over),
+// writing the profile to save unless that is empty.
+func (p *phaseRunner) measureIdle(d time.Duration, save string) (idleMeasure, error) {
+	var m idleMeasure
+	cpuBefore, err := p.op.cpuSeconds()
+	if err != nil {
+		return m, err
+	}
+	reconcilesBefore, err := p.op.reconciles()
+	if err != nil {
+		return m, err
+	}
+	start := time.Now()
+	if m.reconcileCPU, m.samples, err = p.op.reconcileCPU(p.ctx, d, save); err != nil {
+		return m, err
+	}
+	minutes := time.Since(start).Minutes()
+	cpuAfter, err := p.op.cpuSeconds()
+	if err != nil {
+		return m, err
+	}
+	reconcilesAfter, err := p.op.reconciles()
+	if err != nil {
+		return m, err
+	}
+	m.cpuPerMinute = 1000 * (cpuAfter - cpuBefore) / minutes
+	m.reconciles = reconcilesAfter - reconcilesBefore
+	return m, nil
 }
 
 // churn: one spec change to every cluster.
