@@ -4,10 +4,12 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -18,6 +20,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	coordinationclient "k8s.io/client-go/kubernetes/typed/coordination/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	pgv1 "github.com/pgpilot/pgpilot-operator/api/v1alpha1"
 	pgbuilder "github.com/pgpilot/pgpilot-operator/internal/builder"
@@ -84,6 +87,7 @@ var _ = Describe("Instances with real agents", func() {
 			g.Expect(pod.Labels).To(HaveKeyWithValue(pgbuilder.RoleLabel, pgbuilder.RoleReplica))
 		}, 60*time.Second).Should(Succeed())
 		Eventually(eventReasons).WithArguments(cluster).Should(ContainElements("PrimaryElected", "ClusterReady"))
+		measureHealthCheck(cluster)
 
 		// Scaling down removes db-1 (the StatefulSet controller deletes its pod; here its agent
 		// stops too): its replication slot must not keep WAL on the primary.
@@ -354,3 +358,36 @@ func restartNotes(cluster *pgv1.PostgresCluster) []string {
 	}
 	return notes
 }
+
+// measureHealthCheck reports what one health check of a Ready cluster costs — the reconcile a
+// running cluster gets every health interval: its agents asked over HTTP, the cache read, the
+// status computed — in wall time and in CPU of the reconciling thread (the agents' handlers and
+// the HTTP client's connection goroutines run elsewhere), and the writes it made. The calls run
+// beside the manager's own reconciles of the cluster, which change nothing either.
+func measureHealthCheck(cluster *pgv1.PostgresCluster) {
+	const checks = 20
+	request := reconcile.Request{NamespacedName: client.ObjectKeyFromObject(cluster)}
+	writesBefore := writes.count(cluster.Namespace)
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	cpuBefore := threadCPU()
+	start := time.Now()
+	for range checks {
+		_, err := testReconciler.Reconcile(ctx, request)
+		Expect(err).NotTo(HaveOccurred())
+	}
+	wall, cpu := time.Since(start)/checks, (threadCPU()-cpuBefore)/checks
+	AddReportEntry("health check of a Ready 2-instance cluster with real agents",
+		fmt.Sprintf("%s wall, %s CPU on the reconciling thread, %d writes in %d checks",
+			wall.Round(time.Microsecond), cpu.Round(time.Microsecond), writes.count(cluster.Namespace)-writesBefore, checks))
+}
+
+// threadCPU is the CPU time the calling OS thread has used.
+func threadCPU() time.Duration {
+	var usage syscall.Rusage
+	Expect(syscall.Getrusage(rusageThread, &usage)).To(Succeed())
+	return time.Duration(usage.Utime.Nano() + usage.Stime.Nano())
+}
+
+// rusageThread is Linux's RUSAGE_THREAD.
+const rusageThread = 1
