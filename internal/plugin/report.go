@@ -101,8 +101,6 @@ func (s *session) writeReport(ctx context.Context, w io.Writer, name string) err
 	s.addChildren(ctx, r, dir+"objects/", c)
 	for _, p := range pods {
 		r.addYAML(dir+"objects/Pod/"+p.Name+".yaml", tidy(&p))
-	}
-	for _, p := range pods {
 		s.addLogs(ctx, r, dir+"logs/", p, builder.PostgresContainerName)
 	}
 	var operators corev1.PodList

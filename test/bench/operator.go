@@ -216,9 +216,14 @@ func (o *operator) collectGarbage(ctx context.Context) error {
 	return resp.Body.Close()
 }
 
-// reconciles is how many PostgresCluster reconciles the manager has run.
-func (o *operator) reconciles() (float64, error) {
-	return o.metricSum(`controller_runtime_reconcile_total{controller="postgrescluster",`)
+// cpuAndReconciles is the CPU time the manager has used so far and how many PostgresCluster
+// reconciles it has run.
+func (o *operator) cpuAndReconciles() (cpuSeconds, reconciles float64, err error) {
+	if cpuSeconds, err = o.cpuSeconds(); err != nil {
+		return 0, 0, err
+	}
+	reconciles, err = o.metricSum(`controller_runtime_reconcile_total{controller="postgrescluster",`)
+	return cpuSeconds, reconciles, err
 }
 
 // reconcileCPU profiles the manager for d and returns the CPU time spent under the

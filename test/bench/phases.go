@@ -129,11 +129,7 @@ type idleMeasure struct {
 // writing the profile to save unless that is empty.
 func (p *phaseRunner) measureIdle(d time.Duration, save string) (idleMeasure, error) {
 	var m idleMeasure
-	cpuBefore, err := p.op.cpuSeconds()
-	if err != nil {
-		return m, err
-	}
-	reconcilesBefore, err := p.op.reconciles()
+	cpuBefore, reconcilesBefore, err := p.op.cpuAndReconciles()
 	if err != nil {
 		return m, err
 	}
@@ -142,11 +138,7 @@ func (p *phaseRunner) measureIdle(d time.Duration, save string) (idleMeasure, er
 		return m, err
 	}
 	minutes := time.Since(start).Minutes()
-	cpuAfter, err := p.op.cpuSeconds()
-	if err != nil {
-		return m, err
-	}
-	reconcilesAfter, err := p.op.reconciles()
+	cpuAfter, reconcilesAfter, err := p.op.cpuAndReconciles()
 	if err != nil {
 		return m, err
 	}

@@ -246,7 +246,7 @@ func labelValues(vector model.Vector, label model.LabelName) []string {
 	return values
 }
 
-// alertFor is the `for:` of an alert of config/prometheus/rules.yaml.
+// alertFor is the `for:` of an alert as the e2e's Prometheus runs it (e2eRules).
 func alertFor(name string) time.Duration {
 	for _, group := range e2eRules().Spec.Groups {
 		for _, rule := range group.Rules {
