@@ -26,9 +26,6 @@ import (
 // ensureInstanceAccess gives the instance agents their ServiceAccount, and a Role that lets
 // them read and renew the cluster's primary Lease and nothing else.
 func (r *PostgresClusterReconciler) ensureInstanceAccess(ctx context.Context, s *scope) (*stop, error) {
-	if s.childrenUnchanged {
-		return nil, nil
-	}
 	if err := ensureOwned(ctx, r, s, pgbuilder.BuildInstanceServiceAccount(s.cluster), &corev1.ServiceAccount{}); err != nil {
 		return nil, err
 	}

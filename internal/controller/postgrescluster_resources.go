@@ -18,9 +18,6 @@ import (
 // +kubebuilder:rbac:groups="",resources=configmaps,verbs=get;list;watch;create;patch
 
 func (r *PostgresClusterReconciler) ensureConfigMap(ctx context.Context, s *scope) (*stop, error) {
-	if s.childrenUnchanged {
-		return nil, nil
-	}
 	desired := pgbuilder.BuildConfigMap(s.cluster)
 	s.configHash = agentapi.ConfigHash([]byte(desired.Data[agentapi.PostgresqlConfFile]), []byte(desired.Data[agentapi.HBAConfFile]))
 	return nil, ensureOwned(ctx, r, s, desired, &corev1.ConfigMap{})
@@ -29,9 +26,6 @@ func (r *PostgresClusterReconciler) ensureConfigMap(ctx context.Context, s *scop
 // +kubebuilder:rbac:groups=apps,resources=statefulsets,verbs=get;list;watch;create;patch;delete
 
 func (r *PostgresClusterReconciler) ensureStatefulSet(ctx context.Context, s *scope) (*stop, error) {
-	if s.childrenUnchanged {
-		return nil, nil
-	}
 	image := s.cluster.Spec.Image
 	if image == "" {
 		image = r.DefaultImage
@@ -62,9 +56,6 @@ func (r *PostgresClusterReconciler) ensureStatefulSet(ctx context.Context, s *sc
 // +kubebuilder:rbac:groups="",resources=services,verbs=get;list;watch;create;patch
 
 func (r *PostgresClusterReconciler) ensureServices(ctx context.Context, s *scope) (*stop, error) {
-	if s.childrenUnchanged {
-		return nil, nil
-	}
 	for _, svc := range pgbuilder.BuildServices(s.cluster) {
 		if err := ensureOwned(ctx, r, s, svc, &corev1.Service{}); err != nil {
 			return nil, err
@@ -76,9 +67,6 @@ func (r *PostgresClusterReconciler) ensureServices(ctx context.Context, s *scope
 // +kubebuilder:rbac:groups=policy,resources=poddisruptionbudgets,verbs=get;list;watch;create;patch
 
 func (r *PostgresClusterReconciler) ensurePodDisruptionBudget(ctx context.Context, s *scope) (*stop, error) {
-	if s.childrenUnchanged {
-		return nil, nil
-	}
 	return nil, ensureOwned(ctx, r, s, pgbuilder.BuildPodDisruptionBudget(s.cluster), &policyv1.PodDisruptionBudget{})
 }
 

@@ -113,6 +113,18 @@ func (r *PostgresClusterReconciler) skipUnchangedChildren(ctx context.Context, s
 	return nil, nil
 }
 
+// unlessUnchanged runs an ensure stage only when skipUnchangedChildren did not find the owned
+// objects as they were last found up to date. (The monitoring stage skips only its PodMonitor:
+// its checks of the user's custom query sources read what is outside the record.)
+func unlessUnchanged(run func(context.Context, *scope) (*stop, error)) func(context.Context, *scope) (*stop, error) {
+	return func(ctx context.Context, s *scope) (*stop, error) {
+		if s.childrenUnchanged {
+			return nil, nil
+		}
+		return run(ctx, s)
+	}
+}
+
 // rememberUnchangedChildren records a reconcile whose ensure stages all found their objects up
 // to date, for the next one to skip them.
 func (r *PostgresClusterReconciler) rememberUnchangedChildren(_ context.Context, s *scope) (*stop, error) {
