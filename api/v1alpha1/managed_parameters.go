@@ -35,6 +35,11 @@ var ManagedParameters = []string{
 	"log_filename",
 	"log_rotation_age",
 	"log_rotation_size",
+	// The agent turns TLS on with the cluster's certificates (Config.TLSDir).
+	"ssl",
+	"ssl_cert_file",
+	"ssl_key_file",
+	"ssl_ca_file",
 }
 
 // ManagedParameterMessage is what the API server says when spec.postgresql.parameters sets

@@ -81,6 +81,11 @@ type PostgresClusterSpec struct {
 	// +optional
 	// +operator-sdk:csv:customresourcedefinitions:type=spec,displayName="Monitoring",order=10
 	Monitoring MonitoringSpec `json:"monitoring,omitempty"`
+
+	// The TLS certificates of client, replication and operator connections.
+	// +optional
+	// +operator-sdk:csv:customresourcedefinitions:type=spec,displayName="Certificates",order=11
+	Certificates CertificatesSpec `json:"certificates,omitempty"`
 }
 
 // PrimaryUpdateMethod is how the primary's outdated pod is replaced.
@@ -135,7 +140,7 @@ type StorageSpec struct {
 // one setting and each pg_hba entry to one record.
 // +kubebuilder:validation:XValidation:rule=`!has(self.parameters) || self.parameters.all(k, k.matches('^[A-Za-z_][A-Za-z0-9_]*([.][A-Za-z_][A-Za-z0-9_]*)?$'))`,message="postgresql.parameters names must be PostgreSQL setting names: a letter or '_', then letters, digits and '_', with at most one '.' (extension.setting)"
 // +kubebuilder:validation:XValidation:rule=`!has(self.parameters) || self.parameters.all(k, !(k.lowerAscii() in ['include', 'include_dir', 'include_if_exists']))`,message="postgresql.parameters cannot set include, include_dir or include_if_exists: they make PostgreSQL read other files"
-// +kubebuilder:validation:XValidation:rule=`!has(self.parameters) || self.parameters.all(k, k == k.lowerAscii() || !(k.lowerAscii() in ['listen_addresses', 'port', 'unix_socket_directories', 'data_directory', 'config_file', 'hba_file', 'ident_file', 'external_pid_file', 'wal_level', 'hot_standby', 'wal_log_hints', 'password_encryption', 'primary_conninfo', 'primary_slot_name', 'restore_command', 'recovery_target_timeline', 'cluster_name', 'synchronous_standby_names', 'archive_mode', 'archive_command', 'logging_collector', 'log_destination', 'log_directory', 'log_filename', 'log_rotation_age', 'log_rotation_size']))`,message="postgresql.parameters names a setting managed by pgpilot in other letter case: PostgreSQL setting names are case-insensitive"
+// +kubebuilder:validation:XValidation:rule=`!has(self.parameters) || self.parameters.all(k, k == k.lowerAscii() || !(k.lowerAscii() in ['listen_addresses', 'port', 'unix_socket_directories', 'data_directory', 'config_file', 'hba_file', 'ident_file', 'external_pid_file', 'wal_level', 'hot_standby', 'wal_log_hints', 'password_encryption', 'primary_conninfo', 'primary_slot_name', 'restore_command', 'recovery_target_timeline', 'cluster_name', 'synchronous_standby_names', 'archive_mode', 'archive_command', 'logging_collector', 'log_destination', 'log_directory', 'log_filename', 'log_rotation_age', 'log_rotation_size', 'ssl', 'ssl_cert_file', 'ssl_key_file', 'ssl_ca_file']))`,message="postgresql.parameters names a setting managed by pgpilot in other letter case: PostgreSQL setting names are case-insensitive"
 // +kubebuilder:validation:XValidation:rule=`!has(self.parameters) || self.parameters.all(k, !self.parameters[k].matches('[\\r\\n\\x00]'))`,message="postgresql.parameters values cannot contain line breaks or NUL characters"
 // +kubebuilder:validation:XValidation:rule=`!has(self.pgHBA) || self.pgHBA.all(l, !l.matches('[\\r\\n\\x00]'))`,message="postgresql.pgHBA entries cannot contain line breaks or NUL characters: each entry is one pg_hba.conf line"
 // +kubebuilder:validation:XValidation:rule=`!has(self.pgHBA) || self.pgHBA.all(l, !l.matches('\\\\\\s*$'))`,message="postgresql.pgHBA entries cannot end with a backslash: PostgreSQL would continue the entry onto pgpilot's next rule"
@@ -170,6 +175,10 @@ type PostgreSQLSpec struct {
 	// +kubebuilder:validation:XValidation:rule="!('log_filename' in self)",message="postgresql.parameters.log_filename is managed by pgpilot and cannot be set"
 	// +kubebuilder:validation:XValidation:rule="!('log_rotation_age' in self)",message="postgresql.parameters.log_rotation_age is managed by pgpilot and cannot be set"
 	// +kubebuilder:validation:XValidation:rule="!('log_rotation_size' in self)",message="postgresql.parameters.log_rotation_size is managed by pgpilot and cannot be set"
+	// +kubebuilder:validation:XValidation:rule="!('ssl' in self)",message="postgresql.parameters.ssl is managed by pgpilot and cannot be set"
+	// +kubebuilder:validation:XValidation:rule="!('ssl_cert_file' in self)",message="postgresql.parameters.ssl_cert_file is managed by pgpilot and cannot be set"
+	// +kubebuilder:validation:XValidation:rule="!('ssl_key_file' in self)",message="postgresql.parameters.ssl_key_file is managed by pgpilot and cannot be set"
+	// +kubebuilder:validation:XValidation:rule="!('ssl_ca_file' in self)",message="postgresql.parameters.ssl_ca_file is managed by pgpilot and cannot be set"
 	// +optional
 	// +operator-sdk:csv:customresourcedefinitions:type=spec,displayName="PostgreSQL Parameters",xDescriptors={"urn:alm:descriptor:com.tectonic.ui:advanced"}
 	Parameters map[string]ParameterValue `json:"parameters,omitempty"`

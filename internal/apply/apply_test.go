@@ -14,6 +14,7 @@ import (
 
 	pgv1 "github.com/pgpilot/pgpilot-operator/api/v1alpha1"
 	"github.com/pgpilot/pgpilot-operator/internal/builder"
+	"github.com/pgpilot/pgpilot-operator/internal/instance/agentapi"
 )
 
 func desiredConfigMap() *corev1ac.ConfigMapApplyConfiguration {
@@ -140,7 +141,7 @@ func TestBuiltObjectsAreUpToDateAfterTypedRoundTrip(t *testing.T) {
 		desired any
 		live    client.Object
 	}{
-		{name: "ConfigMap", desired: builder.BuildConfigMap(c), live: &corev1.ConfigMap{}},
+		{name: "ConfigMap", desired: builder.BuildConfigMap(c, agentapi.TLSPolicy{}), live: &corev1.ConfigMap{}},
 		{name: "StatefulSet", desired: sts, live: &appsv1.StatefulSet{}},
 		{name: "PodDisruptionBudget", desired: builder.BuildPodDisruptionBudget(c), live: &policyv1.PodDisruptionBudget{}},
 		{name: "headless Service", desired: services[0], live: &corev1.Service{}},

@@ -90,7 +90,7 @@ func TestBackupInThePod(t *testing.T) {
 	if strings.Contains(PostgresqlConf(newCluster()), "archive_") {
 		t.Error("a cluster without spec.backup archives")
 	}
-	cm := toTyped[corev1.ConfigMap](t, BuildConfigMap(c))
+	cm := toTyped[corev1.ConfigMap](t, BuildConfigMap(c, agentapi.TLSPolicy{}))
 	var backup agentapi.BackupConfig
 	if err := json.Unmarshal([]byte(cm.Data[agentapi.BackupConfigFile]), &backup); err != nil || backup.Repository == nil {
 		t.Errorf("ConfigMap %s: %q (%v)", agentapi.BackupConfigFile, cm.Data[agentapi.BackupConfigFile], err)

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	pgv1 "github.com/pgpilot/pgpilot-operator/api/v1alpha1"
+	"github.com/pgpilot/pgpilot-operator/internal/instance/agentapi"
 )
 
 // FuzzBuilders feeds every builder the specs a client could send: any JSON that decodes into
@@ -33,7 +34,7 @@ func FuzzBuilders(f *testing.F) {
 		if _, err := BuildStatefulSet(c, testImages); err != nil {
 			t.Logf("BuildStatefulSet: %v", err)
 		}
-		BuildConfigMap(c)
+		BuildConfigMap(c, agentapi.TLSPolicy{Required: true})
 		BuildServices(c)
 		BuildPodDisruptionBudget(c)
 		for _, cred := range GeneratedCredentials(c) {

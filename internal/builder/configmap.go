@@ -48,6 +48,9 @@ var defaultParameters = map[string]string{
 	"wal_receiver_status_interval": "1s",
 	"wal_receiver_timeout":         "10s",
 	"wal_sender_timeout":           "10s",
+	// The agent turns ssl on with the cluster's certificates (agent.NewInstance); clients and
+	// standbys speak TLS 1.3, which every supported libpq does.
+	"ssl_min_protocol_version": "TLSv1.3",
 }
 
 // PostgresqlConf renders the complete postgresql.conf of every instance: pgpilot's managed
@@ -99,8 +102,10 @@ func writableParameter(name, value string) bool {
 }
 
 // PgHBAConf renders pg_hba.conf: the agent's own login first, then the user's lines (first
-// match wins), then pgpilot's.
-func PgHBAConf(c *pgv1.PostgresCluster) string {
+// match wins), then pgpilot's. With TLS required, remote connections must use TLS and the
+// replication user logs in by its client certificate; before (while an instance still runs an
+// agent without certificates), passwords over TLS or plain TCP are accepted as they were.
+func PgHBAConf(c *pgv1.PostgresCluster, tls agentapi.TLSPolicy) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "# Managed by pgpilot. Change spec.postgresql.pgHBA of PostgresCluster %s instead.\n", c.Name)
 	// The agent logs in as the superuser over the pod's socket without a password, so that it
@@ -113,6 +118,11 @@ func PgHBAConf(c *pgv1.PostgresCluster) string {
 	b.WriteString("local all all peer\n")
 	b.WriteString("host all all 127.0.0.1/32 scram-sha-256\n")
 	b.WriteString("host all all ::1/128 scram-sha-256\n")
+	if tls.Required {
+		fmt.Fprintf(&b, "hostssl replication %s all cert\n", agentapi.DefaultReplicationUser)
+		b.WriteString("hostssl all all all scram-sha-256\n")
+		return b.String()
+	}
 	fmt.Fprintf(&b, "host replication %s all scram-sha-256\n", agentapi.DefaultReplicationUser)
 	b.WriteString("host all all all scram-sha-256\n")
 	return b.String()
@@ -140,10 +150,12 @@ func hbaLine(entry string) string {
 }
 
 // BuildConfigMap holds the instances' configuration files.
-func BuildConfigMap(c *pgv1.PostgresCluster) *corev1ac.ConfigMapApplyConfiguration {
+func BuildConfigMap(c *pgv1.PostgresCluster, tls agentapi.TLSPolicy) *corev1ac.ConfigMapApplyConfiguration {
+	policy, _ := json.Marshal(tls) // one boolean
 	data := map[string]string{
 		agentapi.PostgresqlConfFile: PostgresqlConf(c),
-		agentapi.HBAConfFile:        PgHBAConf(c),
+		agentapi.HBAConfFile:        PgHBAConf(c, tls),
+		agentapi.TLSPolicyFile:      string(policy),
 	}
 	if sync := SynchronousConfig(c); sync != nil {
 		encoded, _ := json.Marshal(sync) // strings and numbers only

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	pgv1 "github.com/pgpilot/pgpilot-operator/api/v1alpha1"
+	"github.com/pgpilot/pgpilot-operator/internal/instance/agentapi"
 )
 
 // The test's own idea of a parameter pgpilot can write, independent of the builder's: a
@@ -84,6 +85,9 @@ func checkPostgresqlConf(t *testing.T, c *pgv1.PostgresCluster, conf string) {
 
 // checkPgHBAConf asserts that every user entry is exactly one pg_hba.conf record and that
 // pgpilot's own records, those of the file without user entries, surround them unchanged.
+// required is the TLS policy of a cluster whose instances all have certificates.
+var required = agentapi.TLSPolicy{Required: true}
+
 func checkPgHBAConf(t *testing.T, c *pgv1.PostgresCluster, conf string) {
 	t.Helper()
 	if strings.ContainsRune(conf, 0) {
@@ -91,7 +95,7 @@ func checkPgHBAConf(t *testing.T, c *pgv1.PostgresCluster, conf string) {
 	}
 	bare := c.DeepCopy()
 	bare.Spec.PostgreSQL.PgHBA = nil
-	pgpilot, records, entries := hbaRecords(PgHBAConf(bare)), hbaRecords(conf), len(c.Spec.PostgreSQL.PgHBA)
+	pgpilot, records, entries := hbaRecords(PgHBAConf(bare, required)), hbaRecords(conf), len(c.Spec.PostgreSQL.PgHBA)
 	if len(records) != len(pgpilot)+entries {
 		t.Fatalf("%d records, want %d: pgpilot's %d and one per user entry\n%q", len(records), len(pgpilot)+entries, len(pgpilot), conf)
 	}
@@ -143,7 +147,7 @@ func FuzzPgHBAConf(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, entry1, entry2 string) {
 		c := newCluster(func(c *pgv1.PostgresCluster) { c.Spec.PostgreSQL.PgHBA = []string{entry1, entry2} })
-		checkPgHBAConf(t, c, PgHBAConf(c))
+		checkPgHBAConf(t, c, PgHBAConf(c, required))
 	})
 }
 
@@ -185,7 +189,7 @@ func TestPgHBAConfHostileEntries(t *testing.T) {
 	) {
 		t.Run(fmt.Sprintf("%d", i), func(t *testing.T) {
 			c := newCluster(func(c *pgv1.PostgresCluster) { c.Spec.PostgreSQL.PgHBA = []string{entry} })
-			checkPgHBAConf(t, c, PgHBAConf(c))
+			checkPgHBAConf(t, c, PgHBAConf(c, required))
 		})
 	}
 }

@@ -10,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	pgv1 "github.com/pgpilot/pgpilot-operator/api/v1alpha1"
+	"github.com/pgpilot/pgpilot-operator/internal/instance/agentapi"
 )
 
 // confLines returns the non-comment lines of a rendered configuration file.
@@ -123,36 +124,45 @@ func TestPgHBAConf(t *testing.T) {
 	// First, so that no user line can lock the agent out of setting passwords or reading
 	// statistics.
 	agentLogins := []string{"local all postgres peer map=pgpilot", "local all pgpilot_monitor peer map=pgpilot"}
-	pgpilotRules := []string{
+	local := []string{
 		"local all all peer",
 		"host all all 127.0.0.1/32 scram-sha-256",
 		"host all all ::1/128 scram-sha-256",
+	}
+	// Remote connections over TLS only, the replication user by certificate.
+	tlsRules := slices.Concat(local, []string{
+		"hostssl replication streaming_replica all cert",
+		"hostssl all all all scram-sha-256",
+	})
+	// While an instance runs an agent without certificates: passwords, with or without TLS.
+	transitionRules := slices.Concat(local, []string{
 		"host replication streaming_replica all scram-sha-256",
 		"host all all all scram-sha-256",
-	}
+	})
+	required := agentapi.TLSPolicy{Required: true}
 	tests := []struct {
 		name  string
 		pgHBA []string
+		tls   agentapi.TLSPolicy
 		want  []string
 	}{
-		{name: "no user lines", want: slices.Concat(agentLogins, pgpilotRules)},
+		{name: "no user lines", tls: required, want: slices.Concat(agentLogins, tlsRules)},
 		{
 			name:  "user lines come after the agent's own login, trimmed and in order",
 			pgHBA: []string{"  hostssl app app 10.0.0.0/8 scram-sha-256 ", "host all all 192.168.0.0/16 reject"},
+			tls:   required,
 			want: slices.Concat(agentLogins, []string{
 				"hostssl app app 10.0.0.0/8 scram-sha-256",
 				"host all all 192.168.0.0/16 reject",
-			}, pgpilotRules),
+			}, tlsRules),
 		},
+		{name: "TLS not yet required", want: slices.Concat(agentLogins, transitionRules)},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			conf := PgHBAConf(newCluster(func(c *pgv1.PostgresCluster) { c.Spec.PostgreSQL.PgHBA = tt.pgHBA }))
+			conf := PgHBAConf(newCluster(func(c *pgv1.PostgresCluster) { c.Spec.PostgreSQL.PgHBA = tt.pgHBA }), tt.tls)
 			if diff := cmp.Diff(tt.want, confLines(conf)); diff != "" {
 				t.Errorf("pg_hba.conf lines (-want +got):\n%s", diff)
-			}
-			if !strings.HasSuffix(conf, "host all all all scram-sha-256\n") {
-				t.Errorf("pg_hba.conf does not end with the catch-all rule:\n%s", conf)
 			}
 		})
 	}
@@ -160,12 +170,13 @@ func TestPgHBAConf(t *testing.T) {
 
 func TestBuildConfigMap(t *testing.T) {
 	c := newCluster()
-	cm := toTyped[corev1.ConfigMap](t, BuildConfigMap(c))
+	cm := toTyped[corev1.ConfigMap](t, BuildConfigMap(c, agentapi.TLSPolicy{Required: true}))
 
 	if cm.Name != "db-config" || cm.Namespace != "ns" {
 		t.Errorf("name = %s/%s, want ns/db-config", cm.Namespace, cm.Name)
 	}
-	want := map[string]string{"postgresql.conf": PostgresqlConf(c), "pg_hba.conf": PgHBAConf(c)}
+	want := map[string]string{"postgresql.conf": PostgresqlConf(c), "pg_hba.conf": PgHBAConf(c, agentapi.TLSPolicy{Required: true}),
+		"tls.json": `{"required":true}`}
 	if diff := cmp.Diff(want, cm.Data); diff != "" {
 		t.Errorf("data (-want +got):\n%s", diff)
 	}

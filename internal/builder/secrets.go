@@ -1,6 +1,10 @@
 package builder
 
 import (
+	"net"
+	"net/url"
+	"strconv"
+
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -51,5 +55,36 @@ func BuildCredentialSecret(c *pgv1.PostgresCluster, cred Credential, password st
 			corev1.BasicAuthUsernameKey: cred.Username,
 			corev1.BasicAuthPasswordKey: password,
 		},
+	}
+}
+
+// Keys of the application Secret that say how to connect, beside its username and password.
+const (
+	AppHostKey     = "host"
+	AppPortKey     = "port"
+	AppDatabaseKey = "dbname"
+	AppURIKey      = "uri"
+	AppJDBCURIKey  = "jdbc-uri"
+	AppCAKey       = agentapi.TLSCAFile
+)
+
+// AppConnection is what the generated application Secret says about connecting: the -rw
+// Service's cluster name, which the server certificate covers, URIs that verify it
+// (sslmode=verify-full; libpq reads the CA from sslrootcert or ~/.postgresql/root.crt), and the
+// CA itself.
+func AppConnection(c *pgv1.PostgresCluster, username, password string, ca []byte) map[string][]byte {
+	host := ReadWriteServiceName(c) + "." + c.Namespace + ".svc"
+	port := strconv.Itoa(agentapi.DefaultPostgresPort)
+	db := c.Spec.Bootstrap.InitDB.Database
+	uri := url.URL{Scheme: "postgresql", User: url.UserPassword(username, password), Host: net.JoinHostPort(host, port),
+		Path: "/" + db, RawQuery: "sslmode=verify-full"}
+	jdbc := url.Values{"user": {username}, "password": {password}, "sslmode": {"verify-full"}}
+	return map[string][]byte{
+		AppHostKey:     []byte(host),
+		AppPortKey:     []byte(port),
+		AppDatabaseKey: []byte(db),
+		AppURIKey:      []byte(uri.String()),
+		AppJDBCURIKey:  []byte("jdbc:postgresql://" + net.JoinHostPort(host, port) + "/" + url.PathEscape(db) + "?" + jdbc.Encode()),
+		AppCAKey:       ca,
 	}
 }

@@ -35,6 +35,9 @@ const (
 	// and the agent applies the new passwords without a restart.
 	credentialsVolumeName = "credentials"
 	credentialsDir        = "/pgpilot/credentials"
+	// The TLS Secret, projected the same way: renewed certificates are loaded without a restart.
+	tlsVolumeName = "tls"
+	tlsDir        = "/pgpilot/tls"
 )
 
 // AgentBinary is where the operator image keeps the instance agent.
@@ -120,6 +123,8 @@ func buildPodTemplate(c *pgv1.PostgresCluster, images Images) (*corev1ac.PodTemp
 			corev1ac.Volume().WithName(socketVolumeName).WithEmptyDir(corev1ac.EmptyDirVolumeSource()),
 			corev1ac.Volume().WithName(agentVolumeName).WithEmptyDir(corev1ac.EmptyDirVolumeSource()),
 			credentialsVolume(c),
+			corev1ac.Volume().WithName(tlsVolumeName).WithSecret(corev1ac.SecretVolumeSource().
+				WithSecretName(TLSSecretName(c)).WithDefaultMode(0o440)),
 		)
 	if queries := customQueriesVolume(c); queries != nil {
 		spec.WithVolumes(queries)
@@ -183,6 +188,7 @@ func buildPostgresContainer(c *pgv1.PostgresCluster, image string) *corev1ac.Con
 			corev1ac.VolumeMount().WithName(socketVolumeName).WithMountPath(socketDir),
 			corev1ac.VolumeMount().WithName(agentVolumeName).WithMountPath(agentDir).WithReadOnly(true),
 			corev1ac.VolumeMount().WithName(credentialsVolumeName).WithMountPath(credentialsDir).WithReadOnly(true),
+			corev1ac.VolumeMount().WithName(tlsVolumeName).WithMountPath(tlsDir).WithReadOnly(true),
 		)
 	if len(c.Spec.Monitoring.CustomQueries) > 0 {
 		container.WithVolumeMounts(corev1ac.VolumeMount().WithName(customQueriesVolumeName).WithMountPath(customQueriesDir).WithReadOnly(true))
@@ -212,6 +218,7 @@ func AgentConfig(c *pgv1.PostgresCluster) agentapi.Config {
 		SocketDir:      socketDir,
 		AppDatabase:    c.Spec.Bootstrap.InitDB.Database,
 		CredentialsDir: credentialsDir,
+		TLSDir:         tlsDir,
 	}
 	if len(c.Spec.Monitoring.CustomQueries) > 0 {
 		cfg.CustomQueriesDir = customQueriesDir
@@ -273,7 +280,8 @@ func credentialsVolume(c *pgv1.PostgresCluster) *corev1ac.VolumeApplyConfigurati
 
 func agentProbe(path string, period, failures int32) *corev1ac.ProbeApplyConfiguration {
 	return corev1ac.Probe().
-		WithHTTPGet(corev1ac.HTTPGetAction().WithPath(path).WithPort(intstr.FromString("agent"))).
+		// The kubelet does not verify the agent's certificate; the probes need no client one.
+		WithHTTPGet(corev1ac.HTTPGetAction().WithScheme(corev1.URISchemeHTTPS).WithPath(path).WithPort(intstr.FromString("agent"))).
 		WithPeriodSeconds(period).
 		WithTimeoutSeconds(5).
 		WithFailureThreshold(failures)

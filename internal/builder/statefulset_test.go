@@ -326,8 +326,53 @@ func TestBuildStatefulSetRunsTheAgent(t *testing.T) {
 		t.Errorf("PGPILOT_POD_NAME = %+v, want the downward API pod name", env["PGPILOT_POD_NAME"])
 	}
 	for probe, path := range map[*corev1.Probe]string{pg.StartupProbe: "/startupz", pg.ReadinessProbe: "/readyz", pg.LivenessProbe: "/healthz"} {
-		if probe == nil || probe.HTTPGet == nil || probe.HTTPGet.Path != path || probe.HTTPGet.Port.StrVal != "agent" {
-			t.Errorf("probe %+v, want GET %s on the agent port", probe, path)
+		if probe == nil || probe.HTTPGet == nil || probe.HTTPGet.Path != path || probe.HTTPGet.Port.StrVal != "agent" ||
+			probe.HTTPGet.Scheme != corev1.URISchemeHTTPS {
+			t.Errorf("probe %+v, want GET %s on the agent port over HTTPS", probe, path)
 		}
 	}
+	// The certificates: the TLS Secret whole (the agent reloads it when the kubelet rewrites
+	// it), never the CA Secret, which holds the CA's key.
+	var tlsVolume *corev1.Volume
+	for i, v := range pod.Volumes {
+		if v.Secret != nil {
+			if v.Secret.SecretName != TLSSecretName(c) || len(v.Secret.Items) != 0 {
+				t.Errorf("secret volume %s from %s %v, want the whole TLS Secret", v.Name, v.Secret.SecretName, v.Secret.Items)
+			}
+			tlsVolume = &pod.Volumes[i]
+		}
+		for _, source := range volumeSecrets(v) {
+			if source == CASecretName(c) {
+				t.Errorf("volume %s mounts the CA Secret", v.Name)
+			}
+		}
+	}
+	if tlsVolume == nil || *tlsVolume.Secret.DefaultMode != 0o440 {
+		t.Fatalf("TLS volume %+v, want the TLS Secret with mode 0440", tlsVolume)
+	}
+	mounted := ""
+	for _, m := range pg.VolumeMounts {
+		if m.Name == tlsVolume.Name && m.ReadOnly {
+			mounted = m.MountPath
+		}
+	}
+	if mounted == "" || env["PGPILOT_TLS_DIR"].Value != mounted {
+		t.Errorf("PGPILOT_TLS_DIR = %q, TLS volume mounted read-only at %q", env["PGPILOT_TLS_DIR"].Value, mounted)
+	}
+}
+
+// volumeSecrets names the Secrets a volume reads.
+func volumeSecrets(v corev1.Volume) []string {
+	var names []string
+	if v.Secret != nil {
+		names = append(names, v.Secret.SecretName)
+	}
+	if v.Projected != nil {
+		for _, s := range v.Projected.Sources {
+			if s.Secret != nil {
+				names = append(names, s.Secret.Name)
+			}
+		}
+	}
+	return names
 }

@@ -7,6 +7,7 @@ import (
 	"sigs.k8s.io/randfill"
 
 	pgv1 "github.com/pgpilot/pgpilot-operator/api/v1alpha1"
+	"github.com/pgpilot/pgpilot-operator/internal/instance/agentapi"
 )
 
 // The reconciler skips comparing a cluster's owned objects when nothing but its status changed
@@ -18,7 +19,7 @@ func TestBuildersIgnoreStatus(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		objects := []any{sts, BuildConfigMap(c), BuildServices(c), BuildPodDisruptionBudget(c), BuildPodMonitor(c),
+		objects := []any{sts, BuildConfigMap(c, agentapi.TLSPolicy{Required: true}), BuildServices(c), BuildPodDisruptionBudget(c), BuildPodMonitor(c),
 			BuildInstanceServiceAccount(c), BuildInstanceRole(c), BuildInstanceRoleBinding(c)}
 		data, err := json.Marshal(objects)
 		if err != nil {

@@ -43,6 +43,9 @@ type BackupReconciler struct {
 	// Agents nil means agentapi.HTTPClient; AgentAddress nil means AgentAddress.
 	Agents       BackupAgents
 	AgentAddress func(*corev1.Pod) string
+
+	// agentTLS is the operator's TLS client configuration per cluster (certificates.go).
+	agentTLS agentTLSConfigs
 }
 
 // +kubebuilder:rbac:groups=postgres.pgpilot.io,resources=backups,verbs=get;list;watch
@@ -208,7 +211,19 @@ func (r *BackupReconciler) endpoint(ctx context.Context, cluster *pgv1.PostgresC
 	if address == "" {
 		return nil, nil
 	}
-	return &agentapi.Endpoint{Address: address, Token: string(secret.Data[corev1.BasicAuthPasswordKey])}, nil
+	e := &agentapi.Endpoint{Address: address, Token: string(secret.Data[corev1.BasicAuthPasswordKey])}
+	if podServesTLS(pod) {
+		ca := &corev1.Secret{}
+		if err := r.Get(ctx, client.ObjectKey{Namespace: cluster.Namespace, Name: pgbuilder.CASecretName(cluster)}, ca); err != nil {
+			return nil, client.IgnoreNotFound(err)
+		}
+		config, err := r.agentTLS.forCluster(cluster, ca)
+		if err != nil {
+			return nil, err
+		}
+		e.TLS = config
+	}
+	return e, nil
 }
 
 func (r *BackupReconciler) agents() BackupAgents {

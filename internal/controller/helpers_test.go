@@ -59,6 +59,9 @@ func children(c *pgv1.PostgresCluster) []client.Object {
 	for _, cred := range pgbuilder.GeneratedCredentials(c) {
 		objs = append(objs, &corev1.Secret{ObjectMeta: meta(cred.SecretName)})
 	}
+	for _, name := range []string{pgbuilder.CASecretName(c), pgbuilder.TLSSecretName(c)} {
+		objs = append(objs, &corev1.Secret{ObjectMeta: meta(name)})
+	}
 	for _, name := range []string{pgbuilder.HeadlessServiceName(c), pgbuilder.ReadWriteServiceName(c),
 		pgbuilder.ReadOnlyServiceName(c), pgbuilder.AnyServiceName(c)} {
 		objs = append(objs, &corev1.Service{ObjectMeta: meta(name)})

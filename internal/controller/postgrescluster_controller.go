@@ -74,7 +74,11 @@ type PostgresClusterReconciler struct {
 	// PodMonitors: the API server serves the Prometheus operator's PodMonitor
 	// (PodMonitorsServed), so clusters may ask for one.
 	PodMonitors bool
+	// Now is the clock certificates are issued and renewed by; nil means time.Now.
+	Now func() time.Time
 
+	// agentTLS is the operator's TLS client configuration per cluster (certificates.go).
+	agentTLS agentTLSConfigs
 	// logNotices are the notable PostgreSQL log records already announced (lognotices.go).
 	logNotices logNoticesSeen
 	// unchanged lets reconciles that would find every owned object up to date skip comparing.
@@ -117,7 +121,9 @@ type stage struct {
 func (r *PostgresClusterReconciler) stages() []stage {
 	return []stage{
 		{"refusals", r.holdAfterRefusal},
+		{"certificates", r.ensureCertificates},
 		{"secrets", r.ensureSecrets},
+		{"appconnection", r.ensureAppConnection},
 		{"backupsecrets", r.checkBackupSecrets},
 		{"unchanged", r.skipUnchangedChildren},
 		{"instanceaccess", unlessUnchanged(r.ensureInstanceAccess)},
@@ -152,6 +158,7 @@ func (r *PostgresClusterReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 	if err := r.Get(ctx, req.NamespacedName, cluster); err != nil {
 		if apierrors.IsNotFound(err) {
 			r.unchanged.forget(req.NamespacedName)
+			r.agentTLS.forget(req.NamespacedName)
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
@@ -171,6 +178,9 @@ func (r *PostgresClusterReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 	}
 	if result.IsZero() && s.primary != "" {
 		result.RequeueAfter = cmp.Or(r.HealthInterval, defaultHealthInterval)
+	}
+	if due := s.renewAt.Sub(r.now()); !s.renewAt.IsZero() && (result.RequeueAfter == 0 || due < result.RequeueAfter) {
+		result.RequeueAfter = max(due, time.Second) // renew certificates in time
 	}
 	if stale && (result.RequeueAfter == 0 || result.RequeueAfter > staleRetry) {
 		// The cluster changed since the cache served it: look again once the cache caught up.

@@ -2,12 +2,10 @@ package controller
 
 import (
 	"fmt"
-	"net/http"
 	"os"
 	"runtime"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -47,7 +45,7 @@ var _ = Describe("Instances with real agents", func() {
 			primaryPort = inst.Port
 		}
 		a := pgtest.StartAgent(GinkgoT(), agentConfig(cluster, pod, initialPrimary, primaryPort, inst), inst, leases)
-		agentAddresses.set(cluster.Namespace, pod, strings.TrimPrefix(a.URL, "http://"))
+		agentAddresses.set(cluster.Namespace, pod, a.Address())
 		Eventually(func() error { return readyz(a) }, 90*time.Second).Should(Succeed())
 		markPodReady(cluster.Namespace, pod)
 		return a
@@ -259,7 +257,7 @@ var _ = Describe("Credentials rotation with real agents", func() {
 		cluster := createCluster(newCluster(newNamespace(), func(c *pgv1.PostgresCluster) { c.Spec.Instances = 1 }))
 		inst := pgtest.NewInstance(GinkgoT(), "db-0")
 		a := pgtest.StartAgent(GinkgoT(), agentConfig(cluster, "db-0", "db-0", inst.Port, inst), inst, clusterLeases(cluster))
-		agentAddresses.set(cluster.Namespace, "db-0", strings.TrimPrefix(a.URL, "http://"))
+		agentAddresses.set(cluster.Namespace, "db-0", a.Address())
 		Eventually(func() error { return readyz(a) }, 90*time.Second).Should(Succeed())
 		markPodReady(cluster.Namespace, "db-0")
 		Eventually(func(g Gomega) {
@@ -302,22 +300,19 @@ var _ = Describe("Credentials rotation with real agents", func() {
 })
 
 // readyz asks the agent's readiness endpoint, as the kubelet's probe does.
-func readyz(a *pgtest.RunningAgent) error {
-	resp, err := http.Get(a.URL + agentapi.PathReadiness)
-	if err != nil {
-		return err
-	}
-	_ = resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("readyz %d", resp.StatusCode)
-	}
-	return nil
-}
+func readyz(a *pgtest.RunningAgent) error { return a.Probe(agentapi.PathReadiness) }
 
-// agentConfig is what the StatefulSet's environment and credential files give an agent, from
-// the Secrets the operator generated for cluster.
+// agentConfig is what the StatefulSet's environment and credential and certificate files give
+// an agent, from the Secrets the operator generated for cluster: the operator reaches it over
+// HTTPS with its client certificate, as in a pod.
 func agentConfig(cluster *pgv1.PostgresCluster, pod, initialPrimary string, primaryPort int, inst *postgres.Instance) agentapi.Config {
-	return pgtest.AgentConfig(GinkgoT(), inst, pod, initialPrimary, primaryPort, clusterCredentials(cluster))
+	cfg := pgtest.AgentConfig(GinkgoT(), inst, pod, initialPrimary, primaryPort, clusterCredentials(cluster))
+	secret := &corev1.Secret{}
+	Eventually(func() error {
+		return k8sClient.Get(ctx, client.ObjectKey{Namespace: cluster.Namespace, Name: pgbuilder.TLSSecretName(cluster)}, secret)
+	}).Should(Succeed())
+	pgtest.InstallCertificates(GinkgoT(), inst, &cfg, secret.Data)
+	return cfg
 }
 
 // clusterLeases is the cluster's primary Lease in the test's API server, as the agents reach it.

@@ -11,6 +11,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	pgv1 "github.com/pgpilot/pgpilot-operator/api/v1alpha1"
 	pgbuilder "github.com/pgpilot/pgpilot-operator/internal/builder"
 	"github.com/pgpilot/pgpilot-operator/internal/instance/agentapi"
 )
@@ -33,17 +34,15 @@ func indexPodsByCluster(ctx context.Context, indexer client.FieldIndexer) error 
 // observe reads how the instances are, once, for the decide stages: the pods from the cache
 // and every agent's report, asked concurrently with a timeout.
 func (r *PostgresClusterReconciler) observe(ctx context.Context, s *scope) (*stop, error) {
-	pods := &corev1.PodList{}
-	if err := r.List(ctx, pods, client.InNamespace(s.cluster.Namespace),
-		client.MatchingFields{podsByClusterIndex: s.cluster.Name}); err != nil {
-		return nil, fmt.Errorf("list pods: %w", err)
+	pods, err := r.instancePods(ctx, s.cluster)
+	if err != nil {
+		return nil, err
 	}
-	slices.SortFunc(pods.Items, func(a, b corev1.Pod) int { return compareNames(a.Name, b.Name) })
-	o := &observed{pods: pods.Items}
+	o := &observed{pods: pods}
 	s.observed = o
 
 	secret := &corev1.Secret{}
-	err := r.Get(ctx, client.ObjectKey{Namespace: s.cluster.Namespace, Name: pgbuilder.AgentSecretName(s.cluster)}, secret)
+	err = r.Get(ctx, client.ObjectKey{Namespace: s.cluster.Namespace, Name: pgbuilder.AgentSecretName(s.cluster)}, secret)
 	if apierrors.IsNotFound(err) {
 		return nil, nil // just created and not cached yet: decide from the pods alone this time
 	}
@@ -53,6 +52,16 @@ func (r *PostgresClusterReconciler) observe(ctx context.Context, s *scope) (*sto
 	o.token = string(secret.Data[corev1.BasicAuthPasswordKey])
 	o.reports, o.failures = r.askAgents(ctx, s)
 	return nil, nil
+}
+
+// instancePods are the cluster's pods as cached, in ordinal order.
+func (r *PostgresClusterReconciler) instancePods(ctx context.Context, c *pgv1.PostgresCluster) ([]corev1.Pod, error) {
+	pods := &corev1.PodList{}
+	if err := r.List(ctx, pods, client.InNamespace(c.Namespace), client.MatchingFields{podsByClusterIndex: c.Name}); err != nil {
+		return nil, fmt.Errorf("list pods: %w", err)
+	}
+	slices.SortFunc(pods.Items, func(a, b corev1.Pod) int { return compareNames(a.Name, b.Name) })
+	return pods.Items, nil
 }
 
 // unreadyAgentTimeout bounds the question to the agent of a pod the kubelet finds unready, or

@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -18,7 +19,15 @@ import (
 // +kubebuilder:rbac:groups="",resources=configmaps,verbs=get;list;watch;create;patch
 
 func (r *PostgresClusterReconciler) ensureConfigMap(ctx context.Context, s *scope) (*stop, error) {
-	desired := pgbuilder.BuildConfigMap(s.cluster)
+	pods, err := r.instancePods(ctx, s.cluster)
+	if err != nil {
+		return nil, err
+	}
+	// TLS is required of remote connections once no instance runs an agent without
+	// certificates: until its pod is rolled, such an instance can neither serve TLS nor log in
+	// by certificate.
+	s.tlsRequired = !slices.ContainsFunc(pods, func(p corev1.Pod) bool { return !podServesTLS(&p) })
+	desired := pgbuilder.BuildConfigMap(s.cluster, agentapi.TLSPolicy{Required: s.tlsRequired})
 	s.configHash = agentapi.ConfigHash([]byte(desired.Data[agentapi.PostgresqlConfFile]), []byte(desired.Data[agentapi.HBAConfFile]))
 	return nil, ensureOwned(ctx, r, s, desired, &corev1.ConfigMap{})
 }

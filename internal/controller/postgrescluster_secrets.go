@@ -1,9 +1,12 @@
 package controller
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"fmt"
+	"maps"
+	"slices"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -11,8 +14,6 @@ import (
 
 	pgbuilder "github.com/pgpilot/pgpilot-operator/internal/builder"
 )
-
-// +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch;create
 
 // ensureSecrets creates each missing credential Secret once, with a password from crypto/rand.
 // Existing Secrets are never rewritten, only checked: they are the truth for the roles'
@@ -35,6 +36,10 @@ func (r *PostgresClusterReconciler) ensureSecrets(ctx context.Context, s *scope)
 			return nil, fmt.Errorf("get secret %s: %w", cred.SecretName, err)
 		}
 		secret := pgbuilder.BuildCredentialSecret(c, cred, rand.Text())
+		if cred.SecretName == pgbuilder.AppSecretName(c) && len(s.caCert) > 0 {
+			// Born with its connection keys: ensureAppConnection then has nothing to write.
+			secret.Data = pgbuilder.AppConnection(c, cred.Username, secret.StringData[corev1.BasicAuthPasswordKey], s.caCert)
+		}
 		// Create, not apply: if the cache was merely stale, AlreadyExists keeps the old password.
 		switch err := r.Create(ctx, secret, client.FieldOwner(pgbuilder.FieldOwner)); {
 		case apierrors.IsAlreadyExists(err):
@@ -81,4 +86,31 @@ func checkCredentialKeys(secret *corev1.Secret, what string) *stop {
 		}
 	}
 	return nil
+}
+
+// ensureAppConnection keeps the connection keys of the generated application Secret (host,
+// URIs that verify the server, the CA) in line with its login and the cluster's CA; a user's
+// own Secret is left alone. Its username and password are never written.
+func (r *PostgresClusterReconciler) ensureAppConnection(ctx context.Context, s *scope) (*stop, error) {
+	c := s.cluster
+	if pgbuilder.UsesUserAppSecret(c) || len(s.caCert) == 0 {
+		return nil, nil
+	}
+	secret := &corev1.Secret{}
+	if err := r.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: pgbuilder.AppSecretName(c)}, secret); err != nil {
+		return nil, client.IgnoreNotFound(err) // just created: the next reconcile sees it
+	}
+	want := pgbuilder.AppConnection(c, string(secret.Data[corev1.BasicAuthUsernameKey]),
+		string(secret.Data[corev1.BasicAuthPasswordKey]), s.caCert)
+	if !slices.ContainsFunc(slices.Collect(maps.Keys(want)), func(k string) bool { return !bytes.Equal(secret.Data[k], want[k]) }) {
+		return nil, nil
+	}
+	updated := secret.DeepCopy()
+	maps.Copy(updated.Data, want)
+	if err := r.Update(ctx, updated, client.FieldOwner(pgbuilder.FieldOwner)); err != nil {
+		return nil, fmt.Errorf("update secret %s: %w", secret.Name, err)
+	}
+	recordWrite("Secret", "updated")
+	s.updated = append(s.updated, "Secret "+secret.Name)
+	return nil, nil
 }

@@ -126,9 +126,11 @@ func unlessUnchanged(run func(context.Context, *scope) (*stop, error)) func(cont
 }
 
 // rememberUnchangedChildren records a reconcile whose ensure stages all found their objects up
-// to date, for the next one to skip them.
+// to date, for the next one to skip them. While some instance still runs without certificates
+// nothing is remembered: its pod's replacement, not one of the records' objects, changes the
+// ConfigMap (TLS becomes required).
 func (r *PostgresClusterReconciler) rememberUnchangedChildren(_ context.Context, s *scope) (*stop, error) {
-	if s.childrenUnchanged || s.childrenWritten {
+	if s.childrenUnchanged || s.childrenWritten || !s.tlsRequired {
 		return nil, nil
 	}
 	r.unchanged.set(client.ObjectKeyFromObject(s.cluster), ensuredRecord{clusterUID: s.cluster.UID,

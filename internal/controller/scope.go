@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"crypto/tls"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -8,6 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	pgv1 "github.com/pgpilot/pgpilot-operator/api/v1alpha1"
+	pgbuilder "github.com/pgpilot/pgpilot-operator/internal/builder"
 	"github.com/pgpilot/pgpilot-operator/internal/instance/agentapi"
 )
 
@@ -51,6 +53,15 @@ type scope struct {
 	// ensured collects the objects found up to date, and childrenWritten says one was written.
 	childrenUnchanged, childrenWritten bool
 	ensured                            []ensuredChild
+	// renewAt is when the cluster's certificates are next due for renewal; agentTLS is how the
+	// operator reaches agents that serve HTTPS (certificates.go).
+	renewAt  time.Time
+	agentTLS *tls.Config
+	// caCert is the cluster's CA certificate (PEM), for the application Secret.
+	caCert []byte
+	// tlsRequired: every instance runs an agent with certificates, so the configuration may
+	// require TLS of every remote connection.
+	tlsRequired bool
 	// created and updated name the owned objects this reconcile wrote ("Kind name"), for one
 	// Event each instead of one per object.
 	created, updated []string
@@ -91,7 +102,30 @@ func (o *observed) pod(name string) *corev1.Pod {
 
 // endpoint is how the operator reaches the agent of pod.
 func (r *PostgresClusterReconciler) endpoint(s *scope, pod *corev1.Pod) agentapi.Endpoint {
-	return agentapi.Endpoint{Address: r.agentAddress(pod), Token: s.observed.token}
+	e := agentapi.Endpoint{Address: r.agentAddress(pod), Token: s.observed.token}
+	if podServesTLS(pod) {
+		e.TLS = s.agentTLS
+	}
+	return e
+}
+
+// podServesTLS says whether the pod's agent serves HTTPS: a pod of an older operator, not yet
+// rolled, serves plain HTTP.
+func podServesTLS(pod *corev1.Pod) bool {
+	for _, c := range pod.Spec.Containers {
+		if c.Name != pgbuilder.PostgresContainerName {
+			continue
+		}
+		return agentapi.ServesTLS(func(name string) (string, bool) {
+			for _, e := range c.Env {
+				if e.Name == name {
+					return e.Value, true
+				}
+			}
+			return "", false
+		})
+	}
+	return false
 }
 
 // stop ends a reconcile before its later stages: the cluster waits for something, or its spec

@@ -4,6 +4,7 @@ import (
 	"context"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -38,7 +39,15 @@ var (
 	writes       = &writeCounter{byNamespace: map[string]int{}}
 	// testReconciler is the reconciler the manager runs, for specs that look into its memory.
 	testReconciler *PostgresClusterReconciler
+	// testClock is the reconciler's clock; specs move it on to make certificates due.
+	testClock = &shiftedClock{}
 )
+
+// shiftedClock is the wall clock moved on by an offset.
+type shiftedClock struct{ offset atomic.Int64 }
+
+func (c *shiftedClock) now() time.Time           { return time.Now().Add(time.Duration(c.offset.Load())) }
+func (c *shiftedClock) advance(by time.Duration) { c.offset.Add(int64(by)) }
 
 const (
 	testImage           = "registry.example/postgres:15"
@@ -87,6 +96,7 @@ var _ = BeforeSuite(func() {
 		HealthInterval:          testRequeueInterval,
 		AgentAddress:            agentAddresses.lookup,
 		PodMonitors:             true,
+		Now:                     testClock.now,
 	}
 	Expect(reconciler.SetupWithManager(mgr)).To(Succeed())
 	testReconciler = reconciler

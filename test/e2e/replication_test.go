@@ -11,7 +11,6 @@ import (
 	. "github.com/onsi/gomega"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	pgv1 "github.com/pgpilot/pgpilot-operator/api/v1alpha1"
@@ -56,6 +55,8 @@ var _ = Describe("Streaming replication", Ordered, func() {
 		}).WithTimeout(2 * time.Minute).Should(ContainSubstring("hello over streaming replication / in recovery: true"))
 	})
 
+	tlsSpecs(func() *pgv1.PostgresCluster { return cluster })
+
 	It("scales 3 → 5 → 2 keeping the data and replication healthy", func(ctx SpecContext) {
 		for _, instances := range []int32{5, 2} {
 			By(fmt.Sprintf("scaling to %d", instances))
@@ -96,13 +97,9 @@ var _ = Describe("Streaming replication", Ordered, func() {
 	})
 
 	It("applies a parameter change and reports it", func(ctx SpecContext) {
-		Expect(retry.RetryOnConflict(retry.DefaultRetry, func() error {
-			current := &pgv1.PostgresCluster{}
-			if err := k8s.Get(ctx, client.ObjectKeyFromObject(cluster), current); err != nil {
-				return err
-			}
-			current.Spec.PostgreSQL.Parameters = map[string]pgv1.ParameterValue{"work_mem": "24MB"}
-			return k8s.Update(ctx, current)
+		changed := cluster.DeepCopy()
+		Expect(retryUpdate(ctx, changed, func() {
+			changed.Spec.PostgreSQL.Parameters = map[string]pgv1.ParameterValue{"work_mem": "24MB"}
 		})).To(Succeed())
 		// The kubelet projects the new ConfigMap into the pods (up to a minute or two), the
 		// agents reload; no pod restarts for a reloadable setting.
@@ -144,14 +141,8 @@ func expectReplication(ctx context.Context, cluster *pgv1.PostgresCluster, insta
 }
 
 func scale(ctx context.Context, cluster *pgv1.PostgresCluster, instances int32) {
-	Expect(retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		current := &pgv1.PostgresCluster{}
-		if err := k8s.Get(ctx, client.ObjectKeyFromObject(cluster), current); err != nil {
-			return err
-		}
-		current.Spec.Instances = instances
-		return k8s.Update(ctx, current)
-	})).To(Succeed())
+	current := cluster.DeepCopy()
+	Expect(retryUpdate(ctx, current, func() { current.Spec.Instances = instances })).To(Succeed())
 }
 
 // psql runs statement in a Job from another pod, connecting to host as the login in the

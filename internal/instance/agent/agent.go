@@ -3,8 +3,10 @@ package agent
 import (
 	"cmp"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"net/http"
 	"os"
@@ -48,17 +50,21 @@ func DefaultOptions() Options {
 // alone sets where the data, the pg_hba.conf, the socket and the port are; the operator's
 // postgresql.conf leaves them out.
 func NewInstance(c agentapi.Config) *postgres.Instance {
+	settings := map[string]string{
+		"data_directory": c.DataDir,
+		"hba_file":       c.HBAConfPath(),
+	}
+	if c.TLSDir != "" {
+		maps.Copy(settings, TLSSettings(c))
+	}
 	return &postgres.Instance{
 		BinDir:     c.BinDir,
 		DataDir:    c.DataDir,
 		ConfigFile: c.PostgresqlConfPath(),
-		Settings: map[string]string{
-			"data_directory": c.DataDir,
-			"hba_file":       c.HBAConfPath(),
-		},
-		Port:      c.PostgresPort,
-		SocketDir: c.SocketDir,
-		IdentMap:  localSuperuserMap(),
+		Settings:   settings,
+		Port:       c.PostgresPort,
+		SocketDir:  c.SocketDir,
+		IdentMap:   localSuperuserMap(),
 	}
 }
 
@@ -99,6 +105,10 @@ type Agent struct {
 	credsMu sync.Mutex
 	latest  agentapi.Credentials
 	applied *agentapi.Credentials
+	// appliedConnInfo is the standby's connection string to the primary as last applied.
+	appliedConnInfo string
+	// tls is the instance's certificates as last loaded (tls.go).
+	tls tlsState
 	// repository is the cluster's pgBackRest repository as the agent last saw it (repository.go).
 	repository repositoryState
 	// customQueries feed the metrics exporter the user's queries, once it serves (metrics.go).
@@ -119,6 +129,9 @@ func (a *Agent) Run(ctx context.Context) error {
 	if _, err := a.readCredentials(); err != nil {
 		return err
 	}
+	if _, err := a.syncTLS(); err != nil {
+		return err
+	}
 	lease, err := a.readLease(ctx)
 	if err != nil {
 		return err
@@ -133,6 +146,10 @@ func (a *Agent) Run(ctx context.Context) error {
 	listener, err := net.Listen("tcp", address)
 	if err != nil {
 		return fmt.Errorf("listen %s: %w", address, err)
+	}
+	if a.Config.TLSDir != "" {
+		server.Handler, server.TLSConfig = operatorOnly(server.Handler), a.serverTLS()
+		listener = tls.NewListener(listener, server.TLSConfig)
 	}
 	go func() { _ = server.Serve(listener) }()
 	defer func() { _ = server.Close() }()
@@ -190,6 +207,7 @@ func (a *Agent) supervise(ctx context.Context) error {
 			}
 			lastConfigCheck = now
 			a.syncCredentials(ctx)
+			a.reloadRenewedCertificates()
 			if hash := a.configHash(); hash != lastConfig {
 				a.Log.Info("configuration changed, reloading")
 				if err := a.Instance.Reload(); err != nil {

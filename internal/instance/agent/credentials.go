@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"slices"
 	"strconv"
 
 	"github.com/pgpilot/pgpilot-operator/internal/instance/agentapi"
@@ -44,7 +45,8 @@ func (a *Agent) syncCredentials(ctx context.Context) {
 		a.Log.Error(err, "credentials unreadable; keeping the passwords PostgreSQL has")
 		return
 	}
-	if a.applied != nil && *a.applied == c {
+	conninfo := a.primaryConnInfo(c)
+	if a.applied != nil && *a.applied == c && a.appliedConnInfo == conninfo {
 		return
 	}
 	if err := a.applyCredentials(ctx, c); err != nil {
@@ -52,9 +54,9 @@ func (a *Agent) syncCredentials(ctx context.Context) {
 		return
 	}
 	if a.applied != nil {
-		a.Log.Info("credentials changed and applied", "primary", a.isPrimary())
+		a.Log.Info("credentials or TLS policy changed and applied", "primary", a.isPrimary())
 	}
-	a.applied = &c
+	a.applied, a.appliedConnInfo = &c, conninfo
 }
 
 func (a *Agent) applyCredentials(ctx context.Context, c agentapi.Credentials) error {
@@ -91,6 +93,7 @@ func (a *Agent) superuserConnInfo() string {
 
 // connInfoToPrimary reaches the primary through the -rw Service as user, with more keywords.
 func (a *Agent) connInfoToPrimary(user, password string, more ...string) string {
-	return postgres.ConnInfo(append([]string{"host", a.Config.PrimaryHost, "port", strconv.Itoa(a.Config.PostgresPort),
-		"user", user, "password", password, "connect_timeout", "5"}, more...)...)
+	pairs := []string{"host", a.Config.PrimaryHost, "port", strconv.Itoa(a.Config.PostgresPort),
+		"user", user, "password", password, "connect_timeout", "5"}
+	return postgres.ConnInfo(slices.Concat(pairs, a.connInfoTLS(), more)...)
 }

@@ -3,18 +3,24 @@ package agentapi
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
 	"slices"
+	"sync"
 	"time"
 )
 
-// Endpoint is one agent as the operator reaches it: host:port and the cluster's token.
+// Endpoint is one agent as the operator reaches it: host:port, the cluster's token, and for an
+// agent serving HTTPS the operator's TLS client configuration for the cluster.
 type Endpoint struct {
 	Address string
 	Token   string
+	// TLS, when set, is used for HTTPS: the operator's client certificate and the cluster's CA.
+	// nil speaks plain HTTP, to the agent of a pod from an older operator.
+	TLS *tls.Config
 }
 
 // HTTPClient calls agents over HTTP. The zero value is ready to use.
@@ -29,6 +35,30 @@ const DefaultRequestTimeout = 3 * time.Second
 
 // transport talks to agents directly, never through a proxy from the environment.
 var transport = &http.Transport{Proxy: nil, MaxIdleConnsPerHost: 1, IdleConnTimeout: time.Minute}
+
+// tlsTransports keep one HTTPS transport per TLS configuration (one per cluster and
+// certificate), so that connections are reused; ForgetTLS drops a replaced one.
+var tlsTransports sync.Map // *tls.Config -> *http.Transport
+
+func transportFor(config *tls.Config) *http.Transport {
+	if config == nil {
+		return transport
+	}
+	if t, ok := tlsTransports.Load(config); ok {
+		return t.(*http.Transport)
+	}
+	t, _ := tlsTransports.LoadOrStore(config, &http.Transport{Proxy: nil, MaxIdleConnsPerHost: 1,
+		IdleConnTimeout: time.Minute, TLSClientConfig: config, ForceAttemptHTTP2: false})
+	return t.(*http.Transport)
+}
+
+// ForgetTLS closes the connections made with config, which its cluster no longer uses (a
+// renewed certificate, a deleted cluster).
+func ForgetTLS(config *tls.Config) {
+	if t, ok := tlsTransports.LoadAndDelete(config); ok {
+		t.(*http.Transport).CloseIdleConnections()
+	}
+}
 
 // Status asks the agent for its instance's status.
 func (h HTTPClient) Status(ctx context.Context, e Endpoint) (*Status, error) {
@@ -160,13 +190,17 @@ func (h HTTPClient) callAny(ctx context.Context, e Endpoint, method, path string
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, method, "http://"+e.Address+path, reader)
+	scheme := "http://"
+	if e.TLS != nil {
+		scheme = "https://"
+	}
+	req, err := http.NewRequestWithContext(ctx, method, scheme+e.Address+path, reader)
 	if err != nil {
 		return err
 	}
 	req.Header.Set("Authorization", "Bearer "+e.Token)
 	req.Header.Set("Content-Type", "application/json")
-	resp, err := (&http.Client{Transport: transport}).Do(req)
+	resp, err := (&http.Client{Transport: transportFor(e.TLS)}).Do(req)
 	if err != nil {
 		return err
 	}

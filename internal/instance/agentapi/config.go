@@ -29,6 +29,17 @@ const Superuser = "postgres"
 // privileges, no password (the agent's OS user logs in as it over the socket), no superuser.
 const MonitorUser = "pgpilot_monitor"
 
+// TLSDirVariable is the variable of Config.TLSDir; a pod that sets it serves its agent API
+// over HTTPS (ServesTLS).
+const TLSDirVariable = "PGPILOT_TLS_DIR"
+
+// ServesTLS says, from a pod's environment (lookup of its container's variables), whether its
+// agent serves HTTPS: pods of older operators serve plain HTTP.
+func ServesTLS(lookup func(string) (string, bool)) bool {
+	dir, ok := lookup(TLSDirVariable)
+	return ok && dir != ""
+}
+
 // Files of the configuration directory (the keys of the cluster's ConfigMap).
 const (
 	PostgresqlConfFile = "postgresql.conf"
@@ -73,6 +84,11 @@ type Config struct {
 	// CustomQueriesDir holds the user's query files (spec.monitoring.customQueries), projected
 	// by the kubelet and read again when they change; empty: none.
 	CustomQueriesDir string
+	// TLSDir holds the instance's certificates (TLSFiles), projected by the kubelet and
+	// loaded again when they change. Set, PostgreSQL runs with ssl on and the agent API
+	// serves HTTPS to the operator's client certificate only; empty (a pod of an older
+	// operator): neither.
+	TLSDir string
 }
 
 // EnvVar is one variable of the pod's environment: a literal Value, or the pod's own
@@ -135,6 +151,7 @@ var variables = []variable{
 	{name: "PGPILOT_REPLICATION_USER", fallback: DefaultReplicationUser, field: text(func(c *Config) *string { return &c.ReplicationUser })},
 	{name: "PGPILOT_PG_BINDIR", field: text(func(c *Config) *string { return &c.BinDir })},
 	{name: "PGPILOT_CUSTOM_QUERIES_DIR", field: text(func(c *Config) *string { return &c.CustomQueriesDir })},
+	{name: TLSDirVariable, field: text(func(c *Config) *string { return &c.TLSDir })},
 }
 
 // field reads and writes one Config field as the text of an environment variable.

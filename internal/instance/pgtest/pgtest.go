@@ -4,6 +4,7 @@ package pgtest
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net"
 	"os"
@@ -116,12 +117,21 @@ func NewInstance(t TB, name string) *postgres.Instance {
 	return inst
 }
 
-// WriteConfig renders the operator's configuration files for cluster into the instance.
+// WriteConfig renders the operator's configuration files for cluster into the instance, with
+// TLS not required (the instances have no certificates unless EnableTLS gives them some).
 func WriteConfig(t TB, inst *postgres.Instance, cluster *pgv1.PostgresCluster) {
 	t.Helper()
+	WriteConfigTLS(t, inst, cluster, agentapi.TLSPolicy{})
+}
+
+// WriteConfigTLS renders the configuration files with the given TLS policy.
+func WriteConfigTLS(t TB, inst *postgres.Instance, cluster *pgv1.PostgresCluster, policy agentapi.TLSPolicy) {
+	t.Helper()
+	encoded, _ := json.Marshal(policy)
 	files := map[string]string{
 		inst.ConfigFile:           pgbuilder.PostgresqlConf(cluster),
-		inst.Settings["hba_file"]: pgbuilder.PgHBAConf(cluster),
+		inst.Settings["hba_file"]: pgbuilder.PgHBAConf(cluster, policy),
+		filepath.Join(filepath.Dir(inst.ConfigFile), agentapi.TLSPolicyFile): string(encoded),
 	}
 	for path, content := range files {
 		if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
@@ -177,7 +187,7 @@ func (w logWriter) Write(p []byte) (int, error) {
 
 // RunningAgent is an instance agent running in this process over a real PostgreSQL server.
 type RunningAgent struct {
-	// URL of its API, http://127.0.0.1:<port>.
+	// URL of its API, http://127.0.0.1:<port> (https:// with certificates).
 	URL string
 	// MetricsURL is its metrics endpoint.
 	MetricsURL string
@@ -238,7 +248,11 @@ func StartAgent(t TB, cfg agentapi.Config, inst *postgres.Instance, leases agent
 		t.Logf("[agent %s] %s %s", cfg.PodName, prefix, args)
 	}, funcr.Options{})}
 	ctx, cancel := context.WithCancel(context.Background())
-	r := &RunningAgent{URL: "http://" + options.ListenAddress, MetricsURL: "http://" + options.MetricsListenAddress + "/metrics", Instance: inst, Config: cfg, done: make(chan error, 1), stop: cancel}
+	scheme := "http://"
+	if cfg.TLSDir != "" {
+		scheme = "https://"
+	}
+	r := &RunningAgent{URL: scheme + options.ListenAddress, MetricsURL: "http://" + options.MetricsListenAddress + "/metrics", Instance: inst, Config: cfg, done: make(chan error, 1), stop: cancel}
 	go func() { r.done <- a.Run(ctx) }()
 	t.Cleanup(func() { _ = r.Stop() })
 	return r

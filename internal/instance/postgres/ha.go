@@ -185,3 +185,25 @@ func (i *Instance) writeOwned(path, content string, mode os.FileMode) error {
 	}
 	return i.chown(path)
 }
+
+// WritePrivateFiles writes files (name → content) into dir, readable by the server's user only,
+// as PostgreSQL and libpq require of private keys. Each file is renamed into place, so that a
+// reload never reads half a certificate.
+func (i *Instance) WritePrivateFiles(dir string, files map[string][]byte) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	if err := i.chown(dir); err != nil {
+		return err
+	}
+	for name, content := range files {
+		path := filepath.Join(dir, name)
+		if err := i.writeOwned(path+".new", string(content), 0o600); err != nil {
+			return err
+		}
+		if err := os.Rename(path+".new", path); err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"fmt"
+	"regexp"
 	"strings"
 	"time"
 
@@ -121,18 +122,41 @@ func Connect(ctx context.Context, port int, user, password, database string) (*p
 }
 
 // EnsurePrimaryConnInfo points a standby's WAL receiver at the primary with password, when
-// the password it uses differs: a replication password that changed would otherwise fail the
-// standby's next connection. ALTER SYSTEM works on a standby, and a reload restarts only the
-// WAL receiver. It reports whether it changed anything.
+// the password or the TLS mode it uses differs: a replication password that changed would
+// otherwise fail the standby's next connection, and a primary that came to require TLS its
+// next one. ALTER SYSTEM works on a standby, and a reload restarts only the WAL receiver. It
+// reports whether it changed anything.
 func EnsurePrimaryConnInfo(ctx context.Context, conn *pgx.Conn, conninfo, password string) (bool, error) {
 	var current string
 	if err := conn.QueryRow(ctx, `SELECT setting FROM pg_settings WHERE name = 'primary_conninfo'`).Scan(&current); err != nil {
 		return false, fmt.Errorf("read primary_conninfo: %w", err)
 	}
-	if parsed, err := pgconn.ParseConfig(current); err == nil && parsed.Password == password {
+	if sslMode(current) == sslMode(conninfo) && connInfoPassword(current) == password {
 		return false, nil
 	}
 	return true, alterSystem(ctx, conn, "primary_conninfo", conninfo)
+}
+
+// sslModeKeyword finds a connection string's sslmode, quoted (ConnInfo) or not (pg_basebackup).
+var sslModeKeyword = regexp.MustCompile(`(?:^|\s)sslmode\s*=\s*'?([a-z-]+)`)
+
+func sslMode(conninfo string) string {
+	if m := sslModeKeyword.FindStringSubmatch(conninfo); m != nil {
+		return m[1]
+	}
+	return "prefer" // libpq's default
+}
+
+// certificateFiles are the keywords pgconn would open files for.
+var certificateFiles = regexp.MustCompile(`(?:^|\s)ssl(?:cert|key|rootcert)\s*=\s*'[^']*'`)
+
+// connInfoPassword is the password keyword's value; pgconn reads it without opening files.
+func connInfoPassword(conninfo string) string {
+	settings, err := pgconn.ParseConfig(certificateFiles.ReplaceAllString(conninfo, ""))
+	if err != nil {
+		return ""
+	}
+	return settings.Password
 }
 
 // alterSystem sets a server setting in postgresql.auto.conf and reloads the configuration;

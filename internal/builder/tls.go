@@ -1,0 +1,125 @@
+package builder
+
+import (
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	pgv1 "github.com/pgpilot/pgpilot-operator/api/v1alpha1"
+	"github.com/pgpilot/pgpilot-operator/internal/instance/agentapi"
+)
+
+// Names of the certificate Secrets. The CA Secret is the operator's alone (the CA's key and the
+// operator's client certificate); the TLS Secret is projected into every instance pod.
+func CASecretName(c *pgv1.PostgresCluster) string  { return c.Name + "-ca" }
+func TLSSecretName(c *pgv1.PostgresCluster) string { return c.Name + "-tls" }
+
+// Keys of the CA Secret beside agentapi.TLSCAFile.
+const (
+	CAKeyKey          = "ca.key"
+	OperatorCertKey   = "operator.crt"
+	OperatorKeyKey    = "operator.key"
+	clusterDomain     = "cluster.local"
+	defaultCertLife   = 90 * 24 * time.Hour
+	defaultRenewAhead = 7 * 24 * time.Hour
+	// CALifetime: the CA is not rotated; it outlives many renewals of what it issues.
+	CALifetime = 10 * 365 * 24 * time.Hour
+)
+
+// RenewAtAnnotation on a certificate Secret is when its certificates are due for renewal
+// (RFC 3339), so that an idle reconcile decides without parsing them.
+const RenewAtAnnotation = "postgres.pgpilot.io/renew-at"
+
+// CertificateDuration and RenewBefore are spec.certificates with pgpilot's defaults.
+func CertificateDuration(c *pgv1.PostgresCluster) time.Duration {
+	if d := c.Spec.Certificates.Duration; d != nil && d.Duration > 0 {
+		return d.Duration
+	}
+	return defaultCertLife
+}
+
+func RenewBefore(c *pgv1.PostgresCluster) time.Duration {
+	if d := c.Spec.Certificates.RenewBefore; d != nil && d.Duration > 0 {
+		return d.Duration
+	}
+	return defaultRenewAhead
+}
+
+// ServerDNSNames are the names the instances' server certificate covers: the -rw, -ro and -r
+// Services in their short, namespaced and cluster-domain forms, and every instance by its
+// name under the headless Service.
+func ServerDNSNames(c *pgv1.PostgresCluster) []string {
+	var names []string
+	for _, svc := range []string{ReadWriteServiceName(c), ReadOnlyServiceName(c), AnyServiceName(c)} {
+		names = append(names, svc, svc+"."+c.Namespace, svc+"."+c.Namespace+".svc", svc+"."+c.Namespace+".svc."+clusterDomain)
+	}
+	headless := HeadlessServiceName(c) + "." + c.Namespace + ".svc"
+	return append(names, "*."+headless, "*."+headless+"."+clusterDomain)
+}
+
+// AgentServerName is the name the operator verifies an agent's certificate for: any instance
+// of the cluster presents the one server certificate, which covers its -r Service.
+func AgentServerName(c *pgv1.PostgresCluster) string {
+	return AnyServiceName(c) + "." + c.Namespace + ".svc"
+}
+
+// Certificates are the PEM material of the cluster's certificate Secrets.
+type Certificates struct {
+	CACert, CAKey             []byte
+	OperatorCert, OperatorKey []byte
+	ServerCert, ServerKey     []byte
+	ReplicationCert           []byte
+	ReplicationKey            []byte
+	// CARenewAt and TLSRenewAt are when the CA Secret's and the TLS Secret's certificates are
+	// due for renewal.
+	CARenewAt, TLSRenewAt time.Time
+}
+
+// BuildCASecret holds the CA's key and the operator's client certificate; no pod mounts it.
+func BuildCASecret(c *pgv1.PostgresCluster, certs Certificates) *corev1.Secret {
+	return certificateSecret(c, CASecretName(c), certs.CARenewAt, map[string][]byte{
+		agentapi.TLSCAFile: certs.CACert,
+		CAKeyKey:           certs.CAKey,
+		OperatorCertKey:    certs.OperatorCert,
+		OperatorKeyKey:     certs.OperatorKey,
+	})
+}
+
+// BuildTLSSecret holds what every instance needs: the CA certificate, the server certificate
+// and the replication user's client certificate.
+func BuildTLSSecret(c *pgv1.PostgresCluster, certs Certificates) *corev1.Secret {
+	return certificateSecret(c, TLSSecretName(c), certs.TLSRenewAt, map[string][]byte{
+		agentapi.TLSCAFile:           certs.CACert,
+		agentapi.TLSCertFile:         certs.ServerCert,
+		agentapi.TLSKeyFile:          certs.ServerKey,
+		agentapi.ReplicationCertFile: certs.ReplicationCert,
+		agentapi.ReplicationKeyFile:  certs.ReplicationKey,
+	})
+}
+
+// Typed objects, not apply configurations, for the reason credential Secrets are: pgpilot
+// creates them and replaces their content only on renewal, against the version it read.
+func certificateSecret(c *pgv1.PostgresCluster, name string, renewAt time.Time, data map[string][]byte) *corev1.Secret {
+	return &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:            name,
+			Namespace:       c.Namespace,
+			Labels:          CommonLabels(c),
+			Annotations:     map[string]string{RenewAtAnnotation: renewAt.UTC().Format(time.RFC3339)},
+			OwnerReferences: []metav1.OwnerReference{ControllerReference(c)},
+		},
+		Type: corev1.SecretTypeOpaque,
+		Data: data,
+	}
+}
+
+// SecretRenewAt reads a certificate Secret's RenewAtAnnotation.
+func SecretRenewAt(s *corev1.Secret) (time.Time, error) {
+	at, err := time.Parse(time.RFC3339, s.Annotations[RenewAtAnnotation])
+	if err != nil {
+		return time.Time{}, fmt.Errorf("secret %s: annotation %s: %w", s.Name, RenewAtAnnotation, err)
+	}
+	return at, nil
+}

@@ -1,0 +1,265 @@
+package controller
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	pgv1 "github.com/pgpilot/pgpilot-operator/api/v1alpha1"
+	pgbuilder "github.com/pgpilot/pgpilot-operator/internal/builder"
+	"github.com/pgpilot/pgpilot-operator/internal/certs"
+	"github.com/pgpilot/pgpilot-operator/internal/instance/agentapi"
+)
+
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch;create;update
+
+// ensureCertificates keeps the cluster's CA and the certificates it issues: created once,
+// renewed when due (RenewAtAnnotation), each renewal an Event. The instances load renewed
+// certificates without a restart; the operator's client configuration follows its Secret.
+func (r *PostgresClusterReconciler) ensureCertificates(ctx context.Context, s *scope) (*stop, error) {
+	now := r.now()
+	ca, st, err := r.ensureCASecret(ctx, s, now)
+	if st != nil || err != nil {
+		return st, err
+	}
+	server, st, err := r.ensureTLSSecret(ctx, s, ca, now)
+	if st != nil || err != nil {
+		return st, err
+	}
+	for _, secret := range []*corev1.Secret{ca, server} {
+		if at, err := pgbuilder.SecretRenewAt(secret); err == nil && (s.renewAt.IsZero() || at.Before(s.renewAt)) {
+			s.renewAt = at
+		}
+	}
+	config, err := r.agentTLS.forCluster(s.cluster, ca)
+	if err != nil {
+		return invalidUntilFixed("CertificatesInvalid", err.Error()), nil
+	}
+	s.agentTLS, s.caCert = config, ca.Data[agentapi.TLSCAFile]
+	return nil, nil
+}
+
+func (r *PostgresClusterReconciler) now() time.Time {
+	if r.Now != nil {
+		return r.Now()
+	}
+	return time.Now()
+}
+
+// ensureCASecret creates the CA with the operator's client certificate, and renews the latter.
+// The CA itself is never replaced: every certificate in use chains to it.
+func (r *PostgresClusterReconciler) ensureCASecret(ctx context.Context, s *scope, now time.Time) (*corev1.Secret, *stop, error) {
+	c := s.cluster
+	existing, err := r.certificateSecret(ctx, c, pgbuilder.CASecretName(c))
+	if err != nil || existing == nil {
+		if err == nil {
+			existing, err = r.createCASecret(ctx, s, now)
+		}
+		return existing, nil, err
+	}
+	if missing := missingKeys(existing, agentapi.TLSCAFile, pgbuilder.CAKeyKey, pgbuilder.OperatorCertKey, pgbuilder.OperatorKeyKey); missing != "" {
+		return nil, invalidUntilFixed("CertificatesInvalid", fmt.Sprintf("Secret %q has no %s; delete it for pgpilot to issue a new CA", existing.Name, missing)), nil
+	}
+	if !dueForRenewal(c, existing, now) {
+		return existing, nil, nil
+	}
+	authority := certs.Pair{CertPEM: existing.Data[agentapi.TLSCAFile], KeyPEM: existing.Data[pgbuilder.CAKeyKey]}
+	operator, renewAt, err := issueClient(c, authority, agentapi.OperatorCommonName, now)
+	if err != nil {
+		return nil, invalidUntilFixed("CertificatesInvalid", fmt.Sprintf("Secret %q: %v", existing.Name, err)), nil
+	}
+	renewed := existing.DeepCopy()
+	renewed.Data[pgbuilder.OperatorCertKey], renewed.Data[pgbuilder.OperatorKeyKey] = operator.CertPEM, operator.KeyPEM
+	renewed.Annotations = map[string]string{pgbuilder.RenewAtAnnotation: renewAt.UTC().Format(time.RFC3339)}
+	return renewed, nil, r.renewSecret(ctx, s, renewed, "the operator's client certificate")
+}
+
+func (r *PostgresClusterReconciler) createCASecret(ctx context.Context, s *scope, now time.Time) (*corev1.Secret, error) {
+	c := s.cluster
+	authority, err := certs.NewAuthority(c.Namespace+"/"+c.Name+" pgpilot CA", now, pgbuilder.CALifetime)
+	if err != nil {
+		return nil, err
+	}
+	operator, renewAt, err := issueClient(c, authority, agentapi.OperatorCommonName, now)
+	if err != nil {
+		return nil, err
+	}
+	return r.createSecret(ctx, s, pgbuilder.BuildCASecret(c, pgbuilder.Certificates{CACert: authority.CertPEM,
+		CAKey: authority.KeyPEM, OperatorCert: operator.CertPEM, OperatorKey: operator.KeyPEM, CARenewAt: renewAt}))
+}
+
+// ensureTLSSecret issues the instances' server and replication certificates, again when due or
+// when the CA that issued them is not the cluster's.
+func (r *PostgresClusterReconciler) ensureTLSSecret(ctx context.Context, s *scope, ca *corev1.Secret, now time.Time) (*corev1.Secret, *stop, error) {
+	c := s.cluster
+	existing, err := r.certificateSecret(ctx, c, pgbuilder.TLSSecretName(c))
+	if err != nil {
+		return nil, nil, err
+	}
+	current := existing != nil && bytes.Equal(existing.Data[agentapi.TLSCAFile], ca.Data[agentapi.TLSCAFile]) &&
+		missingKeys(existing, agentapi.TLSFiles...) == "" && !dueForRenewal(c, existing, now)
+	if current {
+		return existing, nil, nil
+	}
+	authority := certs.Pair{CertPEM: ca.Data[agentapi.TLSCAFile], KeyPEM: ca.Data[pgbuilder.CAKeyKey]}
+	issued, err := issueInstanceCertificates(c, authority, now)
+	if err != nil {
+		return nil, invalidUntilFixed("CertificatesInvalid", fmt.Sprintf("Secret %q: %v", ca.Name, err)), nil
+	}
+	desired := pgbuilder.BuildTLSSecret(c, issued)
+	if existing == nil {
+		created, err := r.createSecret(ctx, s, desired)
+		return created, nil, err
+	}
+	renewed := existing.DeepCopy()
+	renewed.Data, renewed.Annotations = desired.Data, desired.Annotations
+	return renewed, nil, r.renewSecret(ctx, s, renewed, "the instances' server and replication certificates")
+}
+
+// issueInstanceCertificates issues the server certificate for every name the instances answer
+// to, and the replication user's client certificate.
+func issueInstanceCertificates(c *pgv1.PostgresCluster, authority certs.Pair, now time.Time) (pgbuilder.Certificates, error) {
+	server, err := certs.Issue(authority, certs.Request{CommonName: pgbuilder.ReadWriteServiceName(c),
+		DNSNames: pgbuilder.ServerDNSNames(c), Usage: certs.Server, Validity: pgbuilder.CertificateDuration(c)}, now)
+	if err != nil {
+		return pgbuilder.Certificates{}, err
+	}
+	replication, renewAt, err := issueClient(c, authority, agentapi.DefaultReplicationUser, now)
+	if err != nil {
+		return pgbuilder.Certificates{}, err
+	}
+	return pgbuilder.Certificates{CACert: authority.CertPEM, ServerCert: server.CertPEM, ServerKey: server.KeyPEM,
+		ReplicationCert: replication.CertPEM, ReplicationKey: replication.KeyPEM, TLSRenewAt: renewAt}, nil
+}
+
+// issueClient issues a client certificate for commonName and says when it is due for renewal.
+func issueClient(c *pgv1.PostgresCluster, authority certs.Pair, commonName string, now time.Time) (certs.Pair, time.Time, error) {
+	pair, err := certs.Issue(authority, certs.Request{CommonName: commonName, Usage: certs.Client,
+		Validity: pgbuilder.CertificateDuration(c)}, now)
+	if err != nil {
+		return certs.Pair{}, time.Time{}, err
+	}
+	cert, err := certs.ParseCertificate(pair.CertPEM)
+	if err != nil {
+		return certs.Pair{}, time.Time{}, err
+	}
+	return pair, certs.RenewAt(cert, pgbuilder.RenewBefore(c)), nil
+}
+
+// dueForRenewal: the Secret's certificates are due, it does not say when they are, or they
+// live longer than spec.certificates now asks (a shortened duration takes effect at once).
+func dueForRenewal(c *pgv1.PostgresCluster, secret *corev1.Secret, now time.Time) bool {
+	at, err := pgbuilder.SecretRenewAt(secret)
+	latest := now.Add(pgbuilder.CertificateDuration(c) - pgbuilder.RenewBefore(c) + time.Minute)
+	return err != nil || !now.Before(at) || at.After(latest)
+}
+
+func missingKeys(secret *corev1.Secret, keys ...string) string {
+	var missing []string
+	for _, key := range keys {
+		if len(secret.Data[key]) == 0 {
+			missing = append(missing, fmt.Sprintf("%q", key))
+		}
+	}
+	return strings.Join(missing, ", ")
+}
+
+// certificateSecret reads one of the cluster's certificate Secrets from the cache; nil when
+// there is none. A Secret of that name that the cluster does not own is not used.
+func (r *PostgresClusterReconciler) certificateSecret(ctx context.Context, c *pgv1.PostgresCluster, name string) (*corev1.Secret, error) {
+	secret := &corev1.Secret{}
+	switch err := r.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: name}, secret); {
+	case apierrors.IsNotFound(err):
+		return nil, nil
+	case err != nil:
+		return nil, fmt.Errorf("get secret %s: %w", name, err)
+	}
+	if !slices.ContainsFunc(secret.OwnerReferences, func(o metav1.OwnerReference) bool { return o.UID == c.UID }) {
+		return nil, fmt.Errorf("secret %s exists and is not the cluster's", name)
+	}
+	return secret, nil
+}
+
+// createSecret creates a certificate Secret and returns it; when the cache was merely stale,
+// the one that exists wins and is read from the API server.
+func (r *PostgresClusterReconciler) createSecret(ctx context.Context, s *scope, secret *corev1.Secret) (*corev1.Secret, error) {
+	switch err := r.Create(ctx, secret, client.FieldOwner(pgbuilder.FieldOwner)); {
+	case apierrors.IsAlreadyExists(err):
+		existing := &corev1.Secret{}
+		if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(secret), existing); err != nil {
+			return nil, fmt.Errorf("get secret %s: %w", secret.Name, err)
+		}
+		return existing, nil
+	case err != nil:
+		return nil, fmt.Errorf("create secret %s: %w", secret.Name, err)
+	}
+	recordWrite("Secret", "created")
+	s.created = append(s.created, "Secret "+secret.Name)
+	return secret, nil
+}
+
+// renewSecret replaces a certificate Secret's content, against the version read.
+func (r *PostgresClusterReconciler) renewSecret(ctx context.Context, s *scope, secret *corev1.Secret, what string) error {
+	if err := r.Update(ctx, secret, client.FieldOwner(pgbuilder.FieldOwner)); err != nil {
+		return fmt.Errorf("renew secret %s: %w", secret.Name, err)
+	}
+	recordWrite("Secret", "updated")
+	r.Recorder.Eventf(s.cluster, nil, corev1.EventTypeNormal, "CertificatesRenewed", "Renew",
+		"renewed %s (Secret %s); the instances load them without a restart", what, secret.Name)
+	return nil
+}
+
+// agentTLSConfigs keep the operator's TLS client configuration per cluster, made again only
+// when its CA Secret changes, so that connections to the agents are reused.
+type agentTLSConfigs struct {
+	mu        sync.Mutex
+	byCluster map[types.NamespacedName]agentTLSConfig
+}
+
+type agentTLSConfig struct {
+	secretUID     types.UID
+	secretVersion string
+	config        *tls.Config
+}
+
+func (a *agentTLSConfigs) forCluster(c *pgv1.PostgresCluster, ca *corev1.Secret) (*tls.Config, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	key := client.ObjectKeyFromObject(c)
+	if cached, ok := a.byCluster[key]; ok && cached.secretUID == ca.UID && cached.secretVersion == ca.ResourceVersion && ca.ResourceVersion != "" {
+		return cached.config, nil
+	}
+	config, err := agentapi.OperatorTLS(ca.Data[agentapi.TLSCAFile], ca.Data[pgbuilder.OperatorCertKey],
+		ca.Data[pgbuilder.OperatorKeyKey], pgbuilder.AgentServerName(c))
+	if err != nil {
+		return nil, fmt.Errorf("secret %s: %w", ca.Name, err)
+	}
+	if a.byCluster == nil {
+		a.byCluster = map[types.NamespacedName]agentTLSConfig{}
+	}
+	if old, ok := a.byCluster[key]; ok {
+		agentapi.ForgetTLS(old.config)
+	}
+	a.byCluster[key] = agentTLSConfig{secretUID: ca.UID, secretVersion: ca.ResourceVersion, config: config}
+	return config, nil
+}
+
+func (a *agentTLSConfigs) forget(key types.NamespacedName) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if old, ok := a.byCluster[key]; ok {
+		agentapi.ForgetTLS(old.config)
+		delete(a.byCluster, key)
+	}
+}

@@ -1,0 +1,169 @@
+package agent
+
+import (
+	"bytes"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"maps"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync/atomic"
+
+	"github.com/pgpilot/pgpilot-operator/internal/instance/agentapi"
+)
+
+// The cluster's certificates reach the pod as a projected Secret (Config.TLSDir), which the
+// kubelet rewrites on renewal. The agent copies them where only the server's user can read
+// them (PostgreSQL and libpq refuse a key others may read), reloads PostgreSQL, and serves
+// the API with the new certificate from the next handshake on: no restart.
+
+// tlsState is the certificates as the agent last loaded them.
+type tlsState struct {
+	// files are the contents last copied, by name; nil before the first load.
+	files map[string][]byte
+	// cert and clientCAs serve the API.
+	cert      atomic.Pointer[tls.Certificate]
+	clientCAs atomic.Pointer[x509.CertPool]
+}
+
+// PrivateTLSDir is where PostgreSQL and libpq read the instance's certificates: beside the
+// socket, on the pod's own volume, never on the data volume.
+func PrivateTLSDir(c agentapi.Config) string { return filepath.Join(c.SocketDir, "tls") }
+
+// TLSSettings are the server settings of an instance with certificates.
+func TLSSettings(c agentapi.Config) map[string]string {
+	dir := PrivateTLSDir(c)
+	return map[string]string{
+		"ssl":           "on",
+		"ssl_cert_file": filepath.Join(dir, agentapi.TLSCertFile),
+		"ssl_key_file":  filepath.Join(dir, agentapi.TLSKeyFile),
+		"ssl_ca_file":   filepath.Join(dir, agentapi.TLSCAFile),
+	}
+}
+
+// syncTLS loads the certificates when their files changed, and reports whether they did. Files
+// that are missing, empty or do not fit together change nothing: the instance keeps serving
+// with what it has.
+func (a *Agent) syncTLS() (bool, error) {
+	if a.Config.TLSDir == "" {
+		return false, nil
+	}
+	files := map[string][]byte{}
+	var problems []string
+	for _, name := range agentapi.TLSFiles {
+		data, err := os.ReadFile(filepath.Join(a.Config.TLSDir, name))
+		switch {
+		case err != nil:
+			problems = append(problems, fmt.Sprintf("%s: %v", name, errors.Unwrap(err)))
+		case len(bytes.TrimSpace(data)) == 0:
+			problems = append(problems, name+" is empty")
+		}
+		files[name] = data
+	}
+	if len(problems) > 0 {
+		return false, fmt.Errorf("certificates in %s: %s", a.Config.TLSDir, strings.Join(problems, "; "))
+	}
+	if maps.EqualFunc(files, a.tls.files, bytes.Equal) {
+		return false, nil
+	}
+	cert, err := tls.X509KeyPair(files[agentapi.TLSCertFile], files[agentapi.TLSKeyFile])
+	if err != nil {
+		return false, fmt.Errorf("server certificate: %w", err)
+	}
+	if _, err := tls.X509KeyPair(files[agentapi.ReplicationCertFile], files[agentapi.ReplicationKeyFile]); err != nil {
+		return false, fmt.Errorf("replication certificate: %w", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(files[agentapi.TLSCAFile]) {
+		return false, errors.New("CA certificate: no PEM certificate")
+	}
+	if err := a.Instance.WritePrivateFiles(PrivateTLSDir(a.Config), files); err != nil {
+		return false, fmt.Errorf("copy certificates: %w", err)
+	}
+	a.tls.cert.Store(&cert)
+	a.tls.clientCAs.Store(pool)
+	a.tls.files = files
+	return true, nil
+}
+
+// serverTLS is the API's TLS configuration, with the certificates as last loaded. A client
+// certificate is asked for, not required: the kubelet's probes present none, and the API paths
+// check for the operator's (operatorOnly).
+func (a *Agent) serverTLS() *tls.Config {
+	return &tls.Config{
+		MinVersion: agentapi.MinTLSVersion,
+		GetConfigForClient: func(*tls.ClientHelloInfo) (*tls.Config, error) {
+			return &tls.Config{
+				MinVersion:   agentapi.MinTLSVersion,
+				Certificates: []tls.Certificate{*a.tls.cert.Load()},
+				ClientCAs:    a.tls.clientCAs.Load(),
+				ClientAuth:   tls.VerifyClientCertIfGiven,
+			}, nil
+		},
+	}
+}
+
+// operatorOnly lets requests for the API (/v1/) through only with the operator's client
+// certificate, verified against the cluster's CA; the probes stay open to the kubelet.
+func operatorOnly(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasPrefix(r.URL.Path, "/v1/") && !fromOperator(r) {
+			http.Error(w, "the operator's client certificate is required", http.StatusUnauthorized)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+func fromOperator(r *http.Request) bool {
+	if r.TLS == nil || len(r.TLS.VerifiedChains) == 0 || len(r.TLS.VerifiedChains[0]) == 0 {
+		return false
+	}
+	leaf := r.TLS.VerifiedChains[0][0]
+	return leaf.Subject.CommonName == agentapi.OperatorCommonName && slices.Contains(leaf.ExtKeyUsage, x509.ExtKeyUsageClientAuth)
+}
+
+// connInfoTLS are the TLS keywords of a connection to the primary. Once the cluster requires
+// TLS the primary's certificate is verified for the -rw Service's name and the replication
+// user presents its own; until then TLS is tried and a plain connection accepted, as the
+// primary may run an agent without certificates.
+func (a *Agent) connInfoTLS() []string {
+	if a.Config.TLSDir == "" {
+		return nil
+	}
+	policy, err := agentapi.ReadTLSPolicy(a.Config.ConfigDir)
+	if err != nil {
+		a.Log.Error(err, "TLS policy unreadable; verifying the primary's certificate")
+		policy.Required = true
+	}
+	mode := "prefer"
+	if policy.Required {
+		mode = "verify-full"
+	}
+	dir := PrivateTLSDir(a.Config)
+	return []string{"sslmode", mode, "sslrootcert", filepath.Join(dir, agentapi.TLSCAFile),
+		"sslcert", filepath.Join(dir, agentapi.ReplicationCertFile), "sslkey", filepath.Join(dir, agentapi.ReplicationKeyFile)}
+}
+
+// reloadRenewedCertificates makes PostgreSQL read certificates that changed on disk; the API
+// uses them from the next handshake on.
+func (a *Agent) reloadRenewedCertificates() {
+	changed, err := a.syncTLS()
+	if err != nil {
+		a.Log.Error(err, "certificates not loaded; keeping the ones in use")
+		return
+	}
+	if !changed {
+		return
+	}
+	if err := a.Instance.Reload(); err != nil {
+		a.Log.Error(err, "reload for renewed certificates")
+		return
+	}
+	a.Log.Info("renewed certificates loaded")
+}

@@ -1,0 +1,85 @@
+package agentapi
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+)
+
+// Files of the TLS directory (Config.TLSDir): the keys of the cluster's TLS Secret, projected.
+const (
+	// TLSCAFile is the cluster's certificate authority: it verifies the operator's client
+	// certificate at the agent API, every client certificate at PostgreSQL, and the primary's
+	// server certificate at a standby.
+	TLSCAFile = "ca.crt"
+	// TLSCertFile and TLSKeyFile are the instances' server certificate, presented by
+	// PostgreSQL and by the agent API.
+	TLSCertFile = "tls.crt"
+	TLSKeyFile  = "tls.key"
+	// ReplicationCertFile and ReplicationKeyFile log the replication user in.
+	ReplicationCertFile = "replication.crt"
+	ReplicationKeyFile  = "replication.key"
+)
+
+// TLSFiles are every file of the TLS directory.
+var TLSFiles = []string{TLSCAFile, TLSCertFile, TLSKeyFile, ReplicationCertFile, ReplicationKeyFile}
+
+// OperatorCommonName is the subject of the operator's client certificate, the one identity the
+// agent API serves.
+const OperatorCommonName = "pgpilot-operator"
+
+// TLSPolicyFile is the configuration file (a key of the cluster's ConfigMap) that says whether
+// every connection between instances must use TLS. Absent (a ConfigMap of an older operator),
+// or not required while some instance still runs an agent without certificates, standbys try
+// TLS and fall back to a password over plain TCP.
+const TLSPolicyFile = "tls.json"
+
+// TLSPolicy is the content of TLSPolicyFile.
+type TLSPolicy struct {
+	// Required: pg_hba.conf accepts remote connections over TLS only and the replication
+	// user by its certificate; standbys verify the primary's certificate (verify-full).
+	Required bool `json:"required"`
+}
+
+// ReadTLSPolicy reads the policy in dir; an absent file is the zero policy.
+func ReadTLSPolicy(dir string) (TLSPolicy, error) {
+	var p TLSPolicy
+	data, err := os.ReadFile(filepath.Join(dir, TLSPolicyFile))
+	if errors.Is(err, os.ErrNotExist) {
+		return p, nil
+	}
+	if err != nil {
+		return p, fmt.Errorf("read %s: %w", TLSPolicyFile, err)
+	}
+	if err := json.Unmarshal(data, &p); err != nil {
+		return p, fmt.Errorf("read %s: %w", TLSPolicyFile, err)
+	}
+	return p, nil
+}
+
+// MinTLSVersion is the oldest TLS the agent API and the operator speak to each other.
+const MinTLSVersion = tls.VersionTLS13
+
+// OperatorTLS is how the operator reaches the agents of one cluster: it presents its client
+// certificate (certPEM, keyPEM) and accepts only a server certificate issued by the cluster's
+// CA (caPEM) for serverName.
+func OperatorTLS(caPEM, certPEM, keyPEM []byte, serverName string) (*tls.Config, error) {
+	cert, err := tls.X509KeyPair(certPEM, keyPEM)
+	if err != nil {
+		return nil, fmt.Errorf("operator client certificate: %w", err)
+	}
+	roots := x509.NewCertPool()
+	if !roots.AppendCertsFromPEM(caPEM) {
+		return nil, errors.New("cluster CA: no PEM certificate")
+	}
+	return &tls.Config{
+		Certificates: []tls.Certificate{cert},
+		RootCAs:      roots,
+		ServerName:   serverName,
+		MinVersion:   MinTLSVersion,
+	}, nil
+}

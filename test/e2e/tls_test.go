@@ -1,0 +1,125 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"math/big"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	pgv1 "github.com/pgpilot/pgpilot-operator/api/v1alpha1"
+	"github.com/pgpilot/pgpilot-operator/internal/certs"
+)
+
+// tlsSpecs run on a Ready cluster of the suite that calls them (it shares the bring-up).
+func tlsSpecs(cluster func() *pgv1.PostgresCluster) {
+	It("encrypts every replication and client connection, and clients verify the server with the app Secret's CA", func(ctx SpecContext) {
+		c := cluster()
+		report, ok := psqlVerified(ctx, c, "tls-check", c.Name+"-superuser", "verify-full", `SELECT format(
+			'replication %s/%s encrypted by certificate, unencrypted remote clients %s, this client %s',
+			(SELECT count(*) FILTER (WHERE s.ssl AND s.client_dn LIKE '%CN=streaming_replica%')
+			   FROM pg_stat_replication r JOIN pg_stat_ssl s USING (pid)),
+			(SELECT count(*) FROM pg_stat_replication),
+			(SELECT count(*) FROM pg_stat_activity a JOIN pg_stat_ssl s USING (pid)
+			   WHERE a.client_addr IS NOT NULL AND a.client_addr <> '127.0.0.1' AND NOT s.ssl),
+			(SELECT version FROM pg_stat_ssl WHERE pid = pg_backend_pid()))`)
+		Expect(ok).To(BeTrue(), "psql with sslmode=verify-full through -rw failed:\n%s", report)
+		replicas := c.Spec.Instances - 1
+		Expect(report).To(ContainSubstring(fmt.Sprintf(
+			"replication %d/%d encrypted by certificate, unencrypted remote clients 0, this client TLSv1.3", replicas, replicas)))
+
+		logs, ok := psqlVerified(ctx, c, "tls-plain", c.Name+"-app", "disable", "SELECT 1")
+		Expect(ok).To(BeFalse(), "a client without TLS got in:\n%s", logs)
+		Expect(logs).To(ContainSubstring("no encryption"))
+	})
+
+	It("renews its certificates without dropping Ready or a write", func(ctx SpecContext) {
+		c := cluster()
+		secret := &corev1.Secret{}
+		secretKey := client.ObjectKey{Namespace: c.Namespace, Name: c.Name + "-tls"}
+		Expect(k8s.Get(ctx, secretKey, secret)).To(Succeed())
+		first := serial(secret.Data["tls.crt"])
+		checker := startWriteChecker(ctx, c)
+		setCertificates(ctx, c, pgv1.CertificatesSpec{Duration: &metav1.Duration{Duration: 4 * time.Minute},
+			RenewBefore: &metav1.Duration{Duration: time.Minute}})
+		DeferCleanup(setCertificates, c, pgv1.CertificatesSpec{})
+		start := time.Now()
+		Eventually(func(g Gomega) {
+			current := &pgv1.PostgresCluster{}
+			Expect(k8s.Get(ctx, client.ObjectKeyFromObject(c), current)).To(Succeed())
+			Expect(current.Status.Phase).To(Equal(pgv1.PhaseReady), "the cluster left Ready during the renewal")
+			g.Expect(k8s.Get(ctx, secretKey, secret)).To(Succeed())
+			renewed := serial(secret.Data["tls.crt"])
+			g.Expect(renewed).NotTo(Equal(first), "not renewed yet")
+			g.Expect(servedSerial(ctx, c)).To(Equal(renewed), "the primary does not serve the renewed certificate yet")
+		}).WithTimeout(4 * time.Minute).WithPolling(2 * time.Second).Should(Succeed())
+		AddReportEntry("certificate renewal to served by the primary", time.Since(start).Round(time.Second).String())
+		report := checker.finish(ctx, "certificate renewal")
+		Expect(report.Failed).To(BeZero(), "writes failed during the renewal: %s", report)
+		expectReplication(ctx, c, c.Spec.Instances)
+	})
+}
+
+func setCertificates(ctx context.Context, c *pgv1.PostgresCluster, spec pgv1.CertificatesSpec) {
+	current := c.DeepCopy()
+	Expect(retryUpdate(ctx, current, func() { current.Spec.Certificates = spec })).To(Succeed())
+}
+
+func serial(pem []byte) *big.Int {
+	cert, err := certs.ParseCertificate(pem)
+	Expect(err).NotTo(HaveOccurred())
+	return cert.SerialNumber
+}
+
+// servedSerial is the serial of the certificate the primary presents through -rw.
+func servedSerial(ctx context.Context, c *pgv1.PostgresCluster) *big.Int {
+	config, err := pgx.ParseConfig(rwConnInfo(ctx, c, "app", "app") + " sslmode=require")
+	Expect(err).NotTo(HaveOccurred())
+	conn, err := pgx.ConnectConfig(ctx, config)
+	if err != nil {
+		return nil
+	}
+	defer func() { _ = conn.Close(ctx) }()
+	tlsConn, ok := conn.PgConn().Conn().(*tls.Conn)
+	Expect(ok).To(BeTrue(), "the connection is not TLS")
+	return tlsConn.ConnectionState().PeerCertificates[0].SerialNumber
+}
+
+// psqlVerified runs statement with psql from another pod through <cluster>-rw as the login of
+// Secret secret, with sslmode and the CA of the cluster's application Secret mounted as an
+// application would.
+func psqlVerified(ctx context.Context, c *pgv1.PostgresCluster, job, secret, sslmode, statement string) (string, bool) {
+	sts := &appsv1.StatefulSet{}
+	Expect(k8s.Get(ctx, client.ObjectKeyFromObject(c), sts)).To(Succeed())
+	fromSecret := func(key string) *corev1.EnvVarSource {
+		return &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
+			LocalObjectReference: corev1.LocalObjectReference{Name: secret}, Key: key}}
+	}
+	return tryJob(ctx, c.Namespace, job, corev1.PodSpec{
+		Volumes: []corev1.Volume{{Name: "app", VolumeSource: corev1.VolumeSource{
+			Secret: &corev1.SecretVolumeSource{SecretName: c.Name + "-app"}}}},
+		Containers: []corev1.Container{restrictedContainer(corev1.Container{
+			Name:         "psql",
+			Image:        sts.Spec.Template.Spec.Containers[0].Image,
+			Command:      []string{"psql", "-h", c.Name + "-rw", "-d", "postgres", "-v", "ON_ERROR_STOP=1", "-tAc", statement},
+			VolumeMounts: []corev1.VolumeMount{{Name: "app", MountPath: "/etc/app", ReadOnly: true}},
+			Env: []corev1.EnvVar{
+				{Name: "PGUSER", ValueFrom: fromSecret(corev1.BasicAuthUsernameKey)},
+				{Name: "PGPASSWORD", ValueFrom: fromSecret(corev1.BasicAuthPasswordKey)},
+				{Name: "PGSSLMODE", Value: sslmode},
+				{Name: "PGSSLROOTCERT", Value: "/etc/app/ca.crt"},
+				{Name: "PGCONNECT_TIMEOUT", Value: "10"},
+			},
+		})},
+	})
+}
