@@ -65,11 +65,26 @@ func AgentServerName(c *pgv1.PostgresCluster) string {
 	return AnyServiceName(c) + "." + c.Namespace + ".svc"
 }
 
+// UserServerNames are the names a user's server certificate (spec.certificates.serverTLSSecret)
+// must cover: the standbys' host, and every Service in the form applications use.
+func UserServerNames(c *pgv1.PostgresCluster) []string {
+	names := []string{ReadWriteServiceName(c)}
+	for _, svc := range []string{ReadWriteServiceName(c), ReadOnlyServiceName(c), AnyServiceName(c)} {
+		names = append(names, svc+"."+c.Namespace+".svc")
+	}
+	return names
+}
+
 // Certificates are the PEM material of the cluster's certificate Secrets.
 type Certificates struct {
 	CACert, CAKey             []byte
 	OperatorCert, OperatorKey []byte
+	// ServerCert and ServerKey serve the agent API; PostgresCert and PostgresKey PostgreSQL
+	// (the same, unless the user supplies PostgreSQL's), ServerCA verifies the latter and
+	// ClientCA verifies client certificates at PostgreSQL.
 	ServerCert, ServerKey     []byte
+	PostgresCert, PostgresKey []byte
+	ServerCA, ClientCA        []byte
 	ReplicationCert           []byte
 	ReplicationKey            []byte
 	// CARenewAt and TLSRenewAt are when the CA Secret's and the TLS Secret's certificates are
@@ -94,6 +109,10 @@ func BuildTLSSecret(c *pgv1.PostgresCluster, certs Certificates) *corev1.Secret 
 		agentapi.TLSCAFile:           certs.CACert,
 		agentapi.TLSCertFile:         certs.ServerCert,
 		agentapi.TLSKeyFile:          certs.ServerKey,
+		agentapi.PostgresCertFile:    certs.PostgresCert,
+		agentapi.PostgresKeyFile:     certs.PostgresKey,
+		agentapi.ServerCAFile:        certs.ServerCA,
+		agentapi.ClientCAFile:        certs.ClientCA,
 		agentapi.ReplicationCertFile: certs.ReplicationCert,
 		agentapi.ReplicationKeyFile:  certs.ReplicationKey,
 	})

@@ -103,3 +103,80 @@ var _ = Describe("Certificates", func() {
 		Expect(strings.Contains(string(after.Data[agentapi.TLSCAFile]), "CERTIFICATE")).To(BeTrue())
 	})
 })
+
+var _ = Describe("User-provided certificates", func() {
+	// userServer is a kubernetes.io/tls Secret with a certificate for names from its own CA.
+	userServer := func(ns, name string, names []string) (*corev1.Secret, certs.Pair) {
+		ca, err := certs.NewAuthority("user CA", time.Now(), 24*time.Hour)
+		Expect(err).NotTo(HaveOccurred())
+		server, err := certs.Issue(ca, certs.Request{CommonName: "db", DNSNames: names, Usage: certs.Server, Validity: time.Hour}, time.Now())
+		Expect(err).NotTo(HaveOccurred())
+		return &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, Type: corev1.SecretTypeTLS,
+			Data: map[string][]byte{"tls.crt": server.CertPEM, "tls.key": server.KeyPEM, "ca.crt": ca.CertPEM}}, ca
+	}
+	degradedBy := func(cluster *pgv1.PostgresCluster, parts ...string) func(Gomega) {
+		return func(g Gomega) {
+			d := condition(fetch(cluster), pgv1.ConditionDegraded)
+			g.Expect(d).NotTo(BeNil())
+			g.Expect(d.Status).To(Equal(metav1.ConditionTrue))
+			g.Expect(d.Reason).To(Equal("CertificatesInvalid"))
+			for _, p := range parts {
+				g.Expect(d.Message).To(ContainSubstring(p))
+			}
+		}
+	}
+
+	It("serves the user's server certificate and issues the replication certificate from the user's client CA, and refuses bad ones", func() {
+		ns := newNamespace()
+		cluster := createCluster(newCluster(ns, func(c *pgv1.PostgresCluster) {
+			c.Spec.Certificates.ServerTLSSecret = "db-server"
+			c.Spec.Certificates.ClientCASecret = "db-clients"
+		}))
+		By("a missing Secret is named, and the new cluster starts with pgpilot's own certificates")
+		Eventually(degradedBy(cluster, "spec.certificates.serverTLSSecret", `"db-server" does not exist`)).Should(Succeed())
+		tlsKey := client.ObjectKey{Namespace: ns, Name: pgbuilder.TLSSecretName(cluster)}
+		instanceTLS := &corev1.Secret{}
+		Eventually(k8sClient.Get).WithArguments(ctx, tlsKey, instanceTLS).Should(Succeed())
+
+		By("good Secrets are used")
+		good, userCA := userServer(ns, "db-server", pgbuilder.UserServerNames(cluster))
+		Expect(k8sClient.Create(ctx, good)).To(Succeed())
+		clientCA, err := certs.NewAuthority("user client CA", time.Now(), 24*time.Hour)
+		Expect(err).NotTo(HaveOccurred())
+		Expect(k8sClient.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "db-clients", Namespace: ns},
+			Data: map[string][]byte{"ca.crt": clientCA.CertPEM, "ca.key": clientCA.KeyPEM}})).To(Succeed())
+		Eventually(func(g Gomega) {
+			g.Expect(k8sClient.Get(ctx, tlsKey, instanceTLS)).To(Succeed())
+			g.Expect(instanceTLS.Data[agentapi.PostgresCertFile]).To(Equal(good.Data["tls.crt"]))
+			g.Expect(instanceTLS.Data[agentapi.PostgresKeyFile]).To(Equal(good.Data["tls.key"]))
+			g.Expect(string(instanceTLS.Data[agentapi.ServerCAFile])).To(ContainSubstring(string(userCA.CertPEM)))
+			g.Expect(instanceTLS.Data[agentapi.ClientCAFile]).To(Equal(clientCA.CertPEM))
+			g.Expect(condition(fetch(cluster), pgv1.ConditionDegraded).Status).To(Equal(metav1.ConditionFalse))
+		}).Should(Succeed())
+		replication, err := certs.ParseCertificate(instanceTLS.Data[agentapi.ReplicationCertFile])
+		Expect(err).NotTo(HaveOccurred())
+		clientCACert, _ := certs.ParseCertificate(clientCA.CertPEM)
+		Expect(replication.CheckSignatureFrom(clientCACert)).To(Succeed(), "the replication certificate is not from the user's client CA")
+		// The agent API keeps pgpilot's certificate: the operator verifies it with the cluster's CA.
+		Expect(instanceTLS.Data[agentapi.TLSCertFile]).NotTo(Equal(good.Data["tls.crt"]))
+
+		By("a certificate whose names fall short, or whose key does not match, is refused; the instances keep the good one")
+		short, _ := userServer(ns, "db-server", []string{"db-rw"})
+		Expect(k8sClient.Update(ctx, short)).To(Succeed())
+		Eventually(degradedBy(cluster, `"db-server"`, "do not cover", "db-ro."+ns+".svc")).Should(Succeed())
+		mismatched := good.DeepCopy()
+		mismatched.Data["tls.key"] = short.Data["tls.key"]
+		mismatched.ResourceVersion = ""
+		Expect(k8sClient.Update(ctx, mismatched)).To(Succeed())
+		Eventually(degradedBy(cluster, `"db-server"`, "private key does not match")).Should(Succeed())
+		Expect(k8sClient.Get(ctx, tlsKey, instanceTLS)).To(Succeed())
+		Expect(instanceTLS.Data[agentapi.PostgresCertFile]).To(Equal(good.Data["tls.crt"]))
+		Eventually(eventReasons).WithArguments(cluster).Should(ContainElement("CertificatesInvalid"))
+	})
+
+	It("rejects a server CA Secret without the server's Secret", func() {
+		c := newCluster(newNamespace(), func(c *pgv1.PostgresCluster) { c.Spec.Certificates.ServerCASecret = "ca" })
+		err := k8sClient.Create(ctx, c)
+		Expect(err).To(MatchError(ContainSubstring("certificates.serverCASecret needs certificates.serverTLSSecret")))
+	})
+})

@@ -1,7 +1,6 @@
 package controller
 
 import (
-	"bytes"
 	"context"
 	"crypto/tls"
 	"fmt"
@@ -24,6 +23,9 @@ import (
 
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch;create;update
 
+// reasonCertificatesInvalid: a certificate Secret, the cluster's or the user's, cannot be used.
+const reasonCertificatesInvalid = "CertificatesInvalid"
+
 // ensureCertificates keeps the cluster's CA and the certificates it issues: created once,
 // renewed when due (RenewAtAnnotation), each renewal an Event. The instances load renewed
 // certificates without a restart; the operator's client configuration follows its Secret.
@@ -44,9 +46,9 @@ func (r *PostgresClusterReconciler) ensureCertificates(ctx context.Context, s *s
 	}
 	config, err := r.agentTLS.forCluster(s.cluster, ca)
 	if err != nil {
-		return invalidUntilFixed("CertificatesInvalid", err.Error()), nil
+		return invalidUntilFixed(reasonCertificatesInvalid, err.Error()), nil
 	}
-	s.agentTLS, s.caCert = config, ca.Data[agentapi.TLSCAFile]
+	s.agentTLS, s.caCert = config, server.Data[agentapi.ServerCAFile]
 	return nil, nil
 }
 
@@ -69,7 +71,7 @@ func (r *PostgresClusterReconciler) ensureCASecret(ctx context.Context, s *scope
 		return existing, nil, err
 	}
 	if missing := missingKeys(existing, agentapi.TLSCAFile, pgbuilder.CAKeyKey, pgbuilder.OperatorCertKey, pgbuilder.OperatorKeyKey); missing != "" {
-		return nil, invalidUntilFixed("CertificatesInvalid", fmt.Sprintf("Secret %q has no %s; delete it for pgpilot to issue a new CA", existing.Name, missing)), nil
+		return nil, invalidUntilFixed(reasonCertificatesInvalid, fmt.Sprintf("Secret %q has no %s; delete it for pgpilot to issue a new CA", existing.Name, missing)), nil
 	}
 	if !dueForRenewal(c, existing, now) {
 		return existing, nil, nil
@@ -77,7 +79,7 @@ func (r *PostgresClusterReconciler) ensureCASecret(ctx context.Context, s *scope
 	authority := certs.Pair{CertPEM: existing.Data[agentapi.TLSCAFile], KeyPEM: existing.Data[pgbuilder.CAKeyKey]}
 	operator, renewAt, err := issueClient(c, authority, agentapi.OperatorCommonName, now)
 	if err != nil {
-		return nil, invalidUntilFixed("CertificatesInvalid", fmt.Sprintf("Secret %q: %v", existing.Name, err)), nil
+		return nil, invalidUntilFixed(reasonCertificatesInvalid, fmt.Sprintf("Secret %q: %v", existing.Name, err)), nil
 	}
 	renewed := existing.DeepCopy()
 	renewed.Data[pgbuilder.OperatorCertKey], renewed.Data[pgbuilder.OperatorKeyKey] = operator.CertPEM, operator.KeyPEM
@@ -99,24 +101,41 @@ func (r *PostgresClusterReconciler) createCASecret(ctx context.Context, s *scope
 		CAKey: authority.KeyPEM, OperatorCert: operator.CertPEM, OperatorKey: operator.KeyPEM, CARenewAt: renewAt}))
 }
 
-// ensureTLSSecret issues the instances' server and replication certificates, again when due or
-// when the CA that issued them is not the cluster's.
+// ensureTLSSecret keeps what the instances need: the agent API's certificate and the
+// replication user's (issued again when due, or when the CA that issued them changed), and
+// PostgreSQL's: pgpilot's own, or the user's (spec.certificates). A user's certificates that
+// cannot be used are reported and the instances keep what they have.
 func (r *PostgresClusterReconciler) ensureTLSSecret(ctx context.Context, s *scope, ca *corev1.Secret, now time.Time) (*corev1.Secret, *stop, error) {
 	c := s.cluster
 	existing, err := r.certificateSecret(ctx, c, pgbuilder.TLSSecretName(c))
 	if err != nil {
 		return nil, nil, err
 	}
-	current := existing != nil && bytes.Equal(existing.Data[agentapi.TLSCAFile], ca.Data[agentapi.TLSCAFile]) &&
-		missingKeys(existing, agentapi.TLSFiles...) == "" && !dueForRenewal(c, existing, now)
-	if current {
+	user, problem, err := r.userCertificates(ctx, c, now)
+	if err != nil {
+		return nil, nil, err
+	}
+	if problem != "" {
+		s.certificateProblem = &reasonMessage{reasonCertificatesInvalid, problem}
+		if existing != nil {
+			return existing, nil, nil
+		}
+		user = userTLS{} // a new cluster starts with pgpilot's own and says why
+	}
+	clusterCA := certs.Pair{CertPEM: ca.Data[agentapi.TLSCAFile], KeyPEM: ca.Data[pgbuilder.CAKeyKey]}
+	want := user.over(clusterCA)
+	if existing != nil && want.current(existing) && !dueForRenewal(c, existing, now) {
 		return existing, nil, nil
 	}
-	authority := certs.Pair{CertPEM: ca.Data[agentapi.TLSCAFile], KeyPEM: ca.Data[pgbuilder.CAKeyKey]}
-	issued, err := issueInstanceCertificates(c, authority, now)
+	issued, err := issueInstanceCertificates(c, clusterCA, want.clientCA, now)
 	if err != nil {
-		return nil, invalidUntilFixed("CertificatesInvalid", fmt.Sprintf("Secret %q: %v", ca.Name, err)), nil
+		return nil, invalidUntilFixed(reasonCertificatesInvalid, fmt.Sprintf("issue the instances' certificates: %v", err)), nil
 	}
+	issued.PostgresCert, issued.PostgresKey = issued.ServerCert, issued.ServerKey
+	if user.server.CertPEM != nil {
+		issued.PostgresCert, issued.PostgresKey = user.server.CertPEM, user.server.KeyPEM
+	}
+	issued.ServerCA, issued.ClientCA = want.serverCA, want.clientCA.CertPEM
 	desired := pgbuilder.BuildTLSSecret(c, issued)
 	if existing == nil {
 		created, err := r.createSecret(ctx, s, desired)
@@ -124,22 +143,27 @@ func (r *PostgresClusterReconciler) ensureTLSSecret(ctx context.Context, s *scop
 	}
 	renewed := existing.DeepCopy()
 	renewed.Data, renewed.Annotations = desired.Data, desired.Annotations
-	return renewed, nil, r.renewSecret(ctx, s, renewed, "the instances' server and replication certificates")
+	if err := r.renewSecret(ctx, s, renewed, "the instances' certificates"); err != nil {
+		return nil, nil, err
+	}
+	s.certificatesRenewed = renewed.ResourceVersion
+	return renewed, nil, nil
 }
 
-// issueInstanceCertificates issues the server certificate for every name the instances answer
-// to, and the replication user's client certificate.
-func issueInstanceCertificates(c *pgv1.PostgresCluster, authority certs.Pair, now time.Time) (pgbuilder.Certificates, error) {
-	server, err := certs.Issue(authority, certs.Request{CommonName: pgbuilder.ReadWriteServiceName(c),
+// issueInstanceCertificates issues the agents' server certificate for every name the instances
+// answer to from the cluster's CA, and the replication user's client certificate from the
+// client CA.
+func issueInstanceCertificates(c *pgv1.PostgresCluster, clusterCA, clientCA certs.Pair, now time.Time) (pgbuilder.Certificates, error) {
+	server, err := certs.Issue(clusterCA, certs.Request{CommonName: pgbuilder.ReadWriteServiceName(c),
 		DNSNames: pgbuilder.ServerDNSNames(c), Usage: certs.Server, Validity: pgbuilder.CertificateDuration(c)}, now)
 	if err != nil {
 		return pgbuilder.Certificates{}, err
 	}
-	replication, renewAt, err := issueClient(c, authority, agentapi.DefaultReplicationUser, now)
+	replication, renewAt, err := issueClient(c, clientCA, agentapi.DefaultReplicationUser, now)
 	if err != nil {
 		return pgbuilder.Certificates{}, err
 	}
-	return pgbuilder.Certificates{CACert: authority.CertPEM, ServerCert: server.CertPEM, ServerKey: server.KeyPEM,
+	return pgbuilder.Certificates{CACert: clusterCA.CertPEM, ServerCert: server.CertPEM, ServerKey: server.KeyPEM,
 		ReplicationCert: replication.CertPEM, ReplicationKey: replication.KeyPEM, TLSRenewAt: renewAt}, nil
 }
 

@@ -22,7 +22,8 @@ const CredentialsAnnotation = "postgres.pgpilot.io/credentials-revision"
 
 // announceRotation notices credentials Secrets that changed since the status last recorded
 // them (a user rotating a password, a deleted Secret re-created), says so in an Event, and
-// touches the instance pods so that their agents apply the new passwords promptly.
+// touches the instance pods so that their agents apply the new passwords promptly; and the
+// same for certificates renewed by this reconcile (their Event is the renewal's).
 func (r *PostgresClusterReconciler) announceRotation(ctx context.Context, s *scope) (*stop, error) {
 	recorded := s.original.Status.CredentialsVersions
 	var changed []string
@@ -31,13 +32,17 @@ func (r *PostgresClusterReconciler) announceRotation(ctx context.Context, s *sco
 			changed = append(changed, name)
 		}
 	}
-	if len(changed) > 0 {
-		revision := credentialsRevision(s.credentialsVersions)
+	if len(changed) > 0 || s.certificatesRenewed != "" {
+		versions := map[string]string{pgbuilder.TLSSecretName(s.cluster): s.certificatesRenewed}
+		maps.Copy(versions, s.credentialsVersions)
+		revision := credentialsRevision(versions)
 		for i := range s.observed.pods {
 			if err := r.annotatePod(ctx, &s.observed.pods[i], revision); err != nil {
 				return nil, err
 			}
 		}
+	}
+	if len(changed) > 0 {
 		slices.Sort(changed)
 		r.event(s.cluster, nil, corev1.EventTypeNormal, "CredentialsChanged", "Rotate",
 			"Secrets %s changed; the instances apply the new passwords without a restart", strings.Join(changed, ", "))

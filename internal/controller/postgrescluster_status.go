@@ -87,6 +87,8 @@ type summary struct {
 	archive          *agentapi.ArchiveStatus
 	backupProblem    *reasonMessage
 	monitoring       monitoringSummary
+	// certificateProblem: spec.certificates' Secrets cannot be used.
+	certificateProblem *reasonMessage
 }
 
 func summarize(s *scope) summary {
@@ -110,6 +112,7 @@ func summarize(s *scope) summary {
 	}
 	sum.backupConfigured, sum.backupProblem = s.cluster.Spec.Backup != nil, s.backupProblem
 	sum.monitoring = summarizeMonitoring(s)
+	sum.certificateProblem = s.certificateProblem
 	// Before there is a primary, the instances are still being created: their agents' answers
 	// would only churn the status.
 	if sum.primary != "" {
@@ -211,6 +214,9 @@ func setDegradedCondition(status *pgv1.PostgresClusterStatus, o summary) {
 	switch {
 	case o.failure != nil:
 		c.Status, c.Reason, c.Message = metav1.ConditionTrue, o.failure.reason, o.failure.message
+	case o.certificateProblem != nil:
+		c.Status, c.Reason = metav1.ConditionTrue, o.certificateProblem.reason
+		c.Message = o.certificateProblem.message + "; the instances keep the certificates they have"
 	case o.primary != "" && !o.primaryReady:
 		c.Status, c.Reason = metav1.ConditionTrue, "PrimaryNotReady"
 		c.Message = fmt.Sprintf("primary %s does not accept connections", o.primary)

@@ -46,6 +46,10 @@ type scope struct {
 	failure *reasonMessage
 	// backupProblem says what is wrong with the backup repositories' Secrets.
 	backupProblem *reasonMessage
+	// certificatesRenewed is the TLS Secret's resourceVersion when this reconcile renewed it.
+	certificatesRenewed string
+	// certificateProblem says why spec.certificates' Secrets are not used.
+	certificateProblem *reasonMessage
 	// monitoringProblem says why spec.monitoring cannot be honoured.
 	monitoringProblem *reasonMessage
 	// childrenUnchanged: the cluster and its owned objects are as the last reconcile found them
@@ -57,7 +61,8 @@ type scope struct {
 	// operator reaches agents that serve HTTPS (certificates.go).
 	renewAt  time.Time
 	agentTLS *tls.Config
-	// caCert is the cluster's CA certificate (PEM), for the application Secret.
+	// caCert verifies PostgreSQL's certificate (PEM, the cluster's CA and the user's server CA
+	// when spec.certificates names one), for the application Secret.
 	caCert []byte
 	// tlsRequired: every instance runs an agent with certificates, so the configuration may
 	// require TLS of every remote connection.

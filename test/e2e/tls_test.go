@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	pgv1 "github.com/pgpilot/pgpilot-operator/api/v1alpha1"
+	pgbuilder "github.com/pgpilot/pgpilot-operator/internal/builder"
 	"github.com/pgpilot/pgpilot-operator/internal/certs"
 )
 
@@ -68,9 +69,40 @@ func tlsSpecs(cluster func() *pgv1.PostgresCluster) {
 		Expect(report.Failed).To(BeZero(), "writes failed during the renewal: %s", report)
 		expectReplication(ctx, c, c.Spec.Instances)
 	})
+
+	It("serves the user's certificate once spec.certificates names it, verified with the app Secret's CA", func(ctx SpecContext) {
+		c := cluster()
+		userSerial := userServerSecret(ctx, c, c.Name+"-user-tls")
+		setCertificates(ctx, c, pgv1.CertificatesSpec{ServerTLSSecret: c.Name + "-user-tls"})
+		DeferCleanup(setCertificates, c, pgv1.CertificatesSpec{})
+		Eventually(func() *big.Int { return servedSerial(ctx, c) }).WithTimeout(4*time.Minute).WithPolling(2*time.Second).
+			Should(Equal(userSerial), "the primary does not serve the user's certificate")
+		Eventually(func() (string, error) {
+			logs, ok := psqlVerified(ctx, c, fmt.Sprintf("tls-user-%d", time.Now().Unix()), c.Name+"-app", "verify-full", "SELECT 'verified ' || ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()")
+			if !ok {
+				return logs, fmt.Errorf("psql failed")
+			}
+			return logs, nil
+		}).WithTimeout(3 * time.Minute).WithPolling(10 * time.Second).Should(ContainSubstring("verified t"))
+		expectReplication(ctx, c, c.Spec.Instances)
+	})
+}
+
+// userServerSecret creates a kubernetes.io/tls Secret as cert-manager would: a certificate
+// for the names pgpilot asks of a user's, from a CA of the user's.
+func userServerSecret(ctx context.Context, c *pgv1.PostgresCluster, name string) *big.Int {
+	ca, err := certs.NewAuthority("e2e user CA", time.Now(), 24*time.Hour)
+	Expect(err).NotTo(HaveOccurred())
+	server, err := certs.Issue(ca, certs.Request{CommonName: c.Name + "-rw", DNSNames: pgbuilder.UserServerNames(c),
+		Usage: certs.Server, Validity: 12 * time.Hour}, time.Now())
+	Expect(err).NotTo(HaveOccurred())
+	Expect(k8s.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: c.Namespace},
+		Type: corev1.SecretTypeTLS, Data: map[string][]byte{"tls.crt": server.CertPEM, "tls.key": server.KeyPEM, "ca.crt": ca.CertPEM}})).To(Succeed())
+	return serial(server.CertPEM)
 }
 
 func setCertificates(ctx context.Context, c *pgv1.PostgresCluster, spec pgv1.CertificatesSpec) {
+	GinkgoHelper()
 	current := c.DeepCopy()
 	Expect(retryUpdate(ctx, current, func() { current.Spec.Certificates = spec })).To(Succeed())
 }

@@ -40,9 +40,9 @@ func TLSSettings(c agentapi.Config) map[string]string {
 	dir := PrivateTLSDir(c)
 	return map[string]string{
 		"ssl":           "on",
-		"ssl_cert_file": filepath.Join(dir, agentapi.TLSCertFile),
-		"ssl_key_file":  filepath.Join(dir, agentapi.TLSKeyFile),
-		"ssl_ca_file":   filepath.Join(dir, agentapi.TLSCAFile),
+		"ssl_cert_file": filepath.Join(dir, agentapi.PostgresCertFile),
+		"ssl_key_file":  filepath.Join(dir, agentapi.PostgresKeyFile),
+		"ssl_ca_file":   filepath.Join(dir, agentapi.ClientCAFile),
 	}
 }
 
@@ -74,6 +74,9 @@ func (a *Agent) syncTLS() (bool, error) {
 	cert, err := tls.X509KeyPair(files[agentapi.TLSCertFile], files[agentapi.TLSKeyFile])
 	if err != nil {
 		return false, fmt.Errorf("server certificate: %w", err)
+	}
+	if _, err := tls.X509KeyPair(files[agentapi.PostgresCertFile], files[agentapi.PostgresKeyFile]); err != nil {
+		return false, fmt.Errorf("PostgreSQL's server certificate: %w", err)
 	}
 	if _, err := tls.X509KeyPair(files[agentapi.ReplicationCertFile], files[agentapi.ReplicationKeyFile]); err != nil {
 		return false, fmt.Errorf("replication certificate: %w", err)
@@ -146,7 +149,7 @@ func (a *Agent) connInfoTLS() []string {
 		mode = "verify-full"
 	}
 	dir := PrivateTLSDir(a.Config)
-	return []string{"sslmode", mode, "sslrootcert", filepath.Join(dir, agentapi.TLSCAFile),
+	return []string{"sslmode", mode, "sslrootcert", filepath.Join(dir, agentapi.ServerCAFile),
 		"sslcert", filepath.Join(dir, agentapi.ReplicationCertFile), "sslkey", filepath.Join(dir, agentapi.ReplicationKeyFile)}
 }
 

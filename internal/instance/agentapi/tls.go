@@ -12,21 +12,28 @@ import (
 
 // Files of the TLS directory (Config.TLSDir): the keys of the cluster's TLS Secret, projected.
 const (
-	// TLSCAFile is the cluster's certificate authority: it verifies the operator's client
-	// certificate at the agent API, every client certificate at PostgreSQL, and the primary's
-	// server certificate at a standby.
+	// TLSCAFile is the cluster's certificate authority; at the agent API it verifies the
+	// operator's client certificate.
 	TLSCAFile = "ca.crt"
-	// TLSCertFile and TLSKeyFile are the instances' server certificate, presented by
-	// PostgreSQL and by the agent API.
+	// TLSCertFile and TLSKeyFile are the agent API's server certificate, from the cluster's CA.
 	TLSCertFile = "tls.crt"
 	TLSKeyFile  = "tls.key"
+	// PostgresCertFile and PostgresKeyFile are PostgreSQL's server certificate: the same as
+	// the API's, or the user's (spec.certificates.serverTLSSecret).
+	PostgresCertFile = "server.crt"
+	PostgresKeyFile  = "server.key"
+	// ServerCAFile verifies PostgreSQL's server certificate (a standby's sslrootcert).
+	ServerCAFile = "server-ca.crt"
+	// ClientCAFile verifies client certificates at PostgreSQL (ssl_ca_file).
+	ClientCAFile = "client-ca.crt"
 	// ReplicationCertFile and ReplicationKeyFile log the replication user in.
 	ReplicationCertFile = "replication.crt"
 	ReplicationKeyFile  = "replication.key"
 )
 
 // TLSFiles are every file of the TLS directory.
-var TLSFiles = []string{TLSCAFile, TLSCertFile, TLSKeyFile, ReplicationCertFile, ReplicationKeyFile}
+var TLSFiles = []string{TLSCAFile, TLSCertFile, TLSKeyFile, PostgresCertFile, PostgresKeyFile, ServerCAFile,
+	ClientCAFile, ReplicationCertFile, ReplicationKeyFile}
 
 // OperatorCommonName is the subject of the operator's client certificate, the one identity the
 // agent API serves.

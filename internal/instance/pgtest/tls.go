@@ -35,7 +35,8 @@ func IssueCertificates(t TB) Certificates {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := Certificates{CA: ca, Files: map[string][]byte{agentapi.TLSCAFile: ca.CertPEM}}
+	c := Certificates{CA: ca, Files: map[string][]byte{agentapi.TLSCAFile: ca.CertPEM,
+		agentapi.ServerCAFile: ca.CertPEM, agentapi.ClientCAFile: ca.CertPEM}}
 	c.ReissueServer(t)
 	issue := func(cn string) certs.Pair {
 		p, err := certs.Issue(ca, certs.Request{CommonName: cn, Usage: certs.Client, Validity: time.Hour}, now)
@@ -59,6 +60,7 @@ func (c *Certificates) ReissueServer(t TB) {
 		t.Fatal(err)
 	}
 	c.Files[agentapi.TLSCertFile], c.Files[agentapi.TLSKeyFile] = server.CertPEM, server.KeyPEM
+	c.Files[agentapi.PostgresCertFile], c.Files[agentapi.PostgresKeyFile] = server.CertPEM, server.KeyPEM
 }
 
 // OperatorTLS is the operator's client configuration for the test agents.
