@@ -29,7 +29,7 @@ func (a *Agent) serveMetrics() (string, func(), error) {
 	queries := &customQueries{dir: a.Config.CustomQueriesDir, exporter: e, log: a.Log.WithName("metrics")}
 	a.customQueries.Store(queries)
 	registry := prometheus.NewRegistry()
-	registry.MustRegister(queries, volumeCollector{dir: a.Config.DataDir}, backupCollector{a},
+	registry.MustRegister(queries, volumeCollector{dir: a.Config.DataDir}, backupCollector{a}, certificateCollector{a},
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(registry, promhttp.HandlerOpts{

@@ -48,6 +48,9 @@ func TestDashboardAndAlertsNameExportedMetrics(t *testing.T) {
 	cfg := agentConfig(t, "dash-1", standbyInst, primary.Instance.Port)
 	cfg.ClusterName, cfg.InitialPrimary = "dash", "dash-0"
 	cfg.CustomQueriesDir = t.TempDir() // a pod always has one, spec.monitoring.customQueries or not
+	// With certificates (its metrics report them), streaming from a primary without: a cluster
+	// in the middle of an upgrade from 0.2.0.
+	pgtest.InstallCertificates(t, standbyInst, &cfg, pgtest.IssueCertificates(t).Files)
 	standby := pgtest.StartAgent(t, cfg, standbyInst, pgtest.NewMemoryLeases("dash-0"))
 	super := pgtest.Connect(t, primary.Instance, "postgres", "super", "postgres")
 	if _, err := super.Exec(t.Context(), "SELECT pg_create_physical_replication_slot('dashboard_check')"); err != nil {

@@ -13,7 +13,11 @@ import (
 	"slices"
 	"strings"
 	"sync/atomic"
+	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/pgpilot/pgpilot-operator/internal/certs"
 	"github.com/pgpilot/pgpilot-operator/internal/instance/agentapi"
 )
 
@@ -29,6 +33,15 @@ type tlsState struct {
 	// cert and clientCAs serve the API.
 	cert      atomic.Pointer[tls.Certificate]
 	clientCAs atomic.Pointer[x509.CertPool]
+	// validity is each loaded certificate's, by its role, for the metrics.
+	validity atomic.Pointer[map[string][2]time.Time]
+}
+
+// loadedCertificates name the certificates in the metrics (the label certificate) by file.
+var loadedCertificates = map[string]string{
+	agentapi.PostgresCertFile:    "postgres",
+	agentapi.TLSCertFile:         "api",
+	agentapi.ReplicationCertFile: "replication",
 }
 
 // PrivateTLSDir is where PostgreSQL and libpq read the instance's certificates: beside the
@@ -88,8 +101,15 @@ func (a *Agent) syncTLS() (bool, error) {
 	if err := a.Instance.WritePrivateFiles(PrivateTLSDir(a.Config), files); err != nil {
 		return false, fmt.Errorf("copy certificates: %w", err)
 	}
+	validity := map[string][2]time.Time{}
+	for file, role := range loadedCertificates {
+		if c, err := certs.ParseCertificate(files[file]); err == nil {
+			validity[role] = [2]time.Time{c.NotBefore, c.NotAfter}
+		}
+	}
 	a.tls.cert.Store(&cert)
 	a.tls.clientCAs.Store(pool)
+	a.tls.validity.Store(&validity)
 	a.tls.files = files
 	return true, nil
 }
@@ -169,4 +189,33 @@ func (a *Agent) reloadRenewedCertificates() {
 		return
 	}
 	a.Log.Info("renewed certificates loaded")
+}
+
+var (
+	certificateStartDesc = prometheus.NewDesc("pgpilot_certificate_start_timestamp_seconds",
+		"When the certificate the instance loaded became valid, by certificate: postgres (PostgreSQL's server certificate), api (the agent API's), replication (the replication user's).",
+		[]string{"certificate"}, nil)
+	certificateExpiryDesc = prometheus.NewDesc("pgpilot_certificate_expiry_timestamp_seconds",
+		"When the certificate the instance loaded expires, by certificate (as pgpilot_certificate_start_timestamp_seconds).",
+		[]string{"certificate"}, nil)
+)
+
+// certificateCollector reports the validity of the certificates the agent loaded last: what
+// the instance serves, not what the Secret says, so that a renewal that never arrived shows.
+type certificateCollector struct{ a *Agent }
+
+func (c certificateCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- certificateStartDesc
+	ch <- certificateExpiryDesc
+}
+
+func (c certificateCollector) Collect(ch chan<- prometheus.Metric) {
+	validity := c.a.tls.validity.Load()
+	if validity == nil {
+		return
+	}
+	for role, v := range *validity {
+		ch <- prometheus.MustNewConstMetric(certificateStartDesc, prometheus.GaugeValue, float64(v[0].Unix()), role)
+		ch <- prometheus.MustNewConstMetric(certificateExpiryDesc, prometheus.GaugeValue, float64(v[1].Unix()), role)
+	}
 }

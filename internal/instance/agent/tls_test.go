@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -201,6 +202,15 @@ func TestRenewedCertificatesLoadWithoutRestart(t *testing.T) {
 			return fmt.Errorf("serves serial %s", served.SerialNumber)
 		}
 		return nil
+	})
+	pgtest.Eventually(t, "the metrics report the renewed certificate's expiry", func() error {
+		want := fmt.Sprintf(`pgpilot_certificate_expiry_timestamp_seconds{certificate="postgres"} %s`,
+			strconv.FormatFloat(float64(renewed.NotAfter.Unix()), 'g', -1, 64))
+		_, body, err := get(primary.MetricsURL, "")
+		if err == nil && !strings.Contains(body, want) {
+			err = fmt.Errorf("no %s in the scrape", want)
+		}
+		return err
 	})
 	var now time.Time
 	if err := admin.QueryRow(ctx, "SELECT pg_postmaster_start_time()").Scan(&now); err != nil || !now.Equal(started) {
