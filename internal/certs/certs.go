@@ -15,7 +15,6 @@ import (
 	"errors"
 	"fmt"
 	"math/big"
-	"slices"
 	"strings"
 	"time"
 )
@@ -247,11 +246,6 @@ func RenewAt(cert *x509.Certificate, renewBefore time.Duration) time.Time {
 		return cert.NotAfter.Add(-renewBefore)
 	}
 	return issued.Add(life * 2 / 3)
-}
-
-// Covers reports whether cert is valid for every name.
-func Covers(cert *x509.Certificate, names []string) bool {
-	return !slices.ContainsFunc(names, func(n string) bool { return cert.VerifyHostname(n) != nil })
 }
 
 func minTime(a, b time.Time) time.Time {

@@ -71,10 +71,9 @@ func remoteClient(ctx context.Context, inst *postgres.Instance, ca []byte) (*pgx
 	return pgx.ConnectConfig(ctx, cfg)
 }
 
-func TestReplicationAndClientsUseTLS(t *testing.T) {
-	ctx := context.Background()
-	primary, standby, c := startTLSPair(t)
-	operator := c.OperatorTLS(t)
+// waitStreaming waits until the standby's agent, asked as the operator asks, says it streams.
+func waitStreaming(t *testing.T, standby *pgtest.RunningAgent, operator *tls.Config) {
+	t.Helper()
 	pgtest.Eventually(t, "standby streaming over TLS", func() error {
 		s, err := tlsStatus(standby, operator)
 		if err == nil && !s.Streaming {
@@ -82,6 +81,13 @@ func TestReplicationAndClientsUseTLS(t *testing.T) {
 		}
 		return err
 	})
+}
+
+func TestReplicationAndClientsUseTLS(t *testing.T) {
+	ctx := context.Background()
+	primary, standby, c := startTLSPair(t)
+	operator := c.OperatorTLS(t)
+	waitStreaming(t, standby, operator)
 
 	admin := pgtest.Connect(t, primary.Instance, agentapi.Superuser, credentials.SuperuserPassword, "postgres")
 	var ssl bool
@@ -161,13 +167,7 @@ func TestRenewedCertificatesLoadWithoutRestart(t *testing.T) {
 	ctx := context.Background()
 	primary, standby, c := startTLSPair(t)
 	operator := c.OperatorTLS(t)
-	pgtest.Eventually(t, "standby streaming", func() error {
-		s, err := tlsStatus(standby, operator)
-		if err == nil && !s.Streaming {
-			err = fmt.Errorf("not streaming")
-		}
-		return err
-	})
+	waitStreaming(t, standby, operator)
 	admin := pgtest.Connect(t, primary.Instance, agentapi.Superuser, credentials.SuperuserPassword, "postgres")
 	var started time.Time
 	if err := admin.QueryRow(ctx, "SELECT pg_postmaster_start_time()").Scan(&started); err != nil {
