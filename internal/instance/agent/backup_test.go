@@ -77,9 +77,11 @@ func TestAgentArchivesBacksUpAndRecoversToATime(t *testing.T) {
 	}
 
 	ownRepo := s3.Repository("/pgtest/default/restored")
-	restored := startArchivingAgent(t, s3, "restored", agentapi.BackupConfig{Repository: &ownRepo, Compression: "lz4", Parallel: 2,
+	// The restored agent checks its files at a pod's pace, as slow as its stanza would come if
+	// the restore did not make it.
+	restored := startArchivingAgentWith(t, s3, "restored", agentapi.BackupConfig{Repository: &ownRepo, Compression: "lz4", Parallel: 2,
 		Recovery: &agentapi.Recovery{Repository: sourceRepo, Target: agentapi.RecoveryTarget{Type: "time", Value: target.Format(time.RFC3339Nano)}}},
-		leaveInterruptedRestore)
+		func(o *agent.Options) { o.ConfigInterval = agent.DefaultOptions().ConfigInterval }, leaveInterruptedRestore)
 	conn = pgtest.Connect(t, restored.Instance, "postgres", "super", "postgres")
 	var rows, later int
 	if err := conn.QueryRow(ctx, "SELECT count(*) FILTER (WHERE batch <= 2), count(*) FILTER (WHERE batch = 3) FROM batches").Scan(&rows, &later); err != nil {
@@ -104,6 +106,12 @@ func TestAgentArchivesBacksUpAndRecoversToATime(t *testing.T) {
 		}
 		return nil
 	})
+	// The stanza was there before the server archived anything: no push failed (a failed one
+	// costs three retries and the archiver's minute of sleep).
+	var failed int64
+	if err := conn.QueryRow(ctx, "SELECT failed_count FROM pg_stat_archiver").Scan(&failed); err != nil || failed != 0 {
+		t.Errorf("archive pushes failed on the restored server: %d (%v)", failed, err)
+	}
 }
 
 func containsTimeline2(keys []string) bool {
@@ -142,6 +150,13 @@ func leaveInterruptedRestore(t *testing.T, inst *postgres.Instance) {
 // instance's volume.
 func startArchivingAgent(t *testing.T, s3 *pgtest.S3Server, cluster string, b agentapi.BackupConfig, before ...func(*testing.T, *postgres.Instance)) *pgtest.RunningAgent {
 	t.Helper()
+	return startArchivingAgentWith(t, s3, cluster, b, func(*agent.Options) {}, before...)
+}
+
+// startArchivingAgentWith is startArchivingAgent with the agent's options changed by option.
+func startArchivingAgentWith(t *testing.T, s3 *pgtest.S3Server, cluster string, b agentapi.BackupConfig, option func(*agent.Options),
+	before ...func(*testing.T, *postgres.Instance)) *pgtest.RunningAgent {
+	t.Helper()
 	inst := pgtest.NewInstance(t, cluster)
 	for _, prepare := range before {
 		prepare(t, inst)
@@ -150,7 +165,10 @@ func startArchivingAgent(t *testing.T, s3 *pgtest.S3Server, cluster string, b ag
 	cfg.ClusterName, cfg.InitialPrimary = cluster, cluster+"-0"
 	pgtest.WriteBackupConfig(t, cfg, b, s3)
 	pgtest.ArchiveThroughAgent(inst, cfg, agentBinary)
-	r := pgtest.StartAgent(t, cfg, inst, pgtest.NewMemoryLeases(cfg.PodName), func(o *agent.Options) { o.Executable = agentBinary })
+	r := pgtest.StartAgent(t, cfg, inst, pgtest.NewMemoryLeases(cfg.PodName), func(o *agent.Options) {
+		o.Executable = agentBinary
+		option(o)
+	})
 	waitReady(t, r)
 	return r
 }

@@ -32,7 +32,8 @@ func (a *Agent) recover(ctx context.Context, rec *agentapi.Recovery) error {
 	if err := writeJSONFile(a.restoreMarkerPath(), rec); err != nil {
 		return fmt.Errorf("restore marker: %w", err)
 	}
-	if _, err := writeRepositoryConfigs(a.Config, a.Instance.RunAs); err != nil {
+	backup, err := writeRepositoryConfigs(a.Config, a.Instance.RunAs)
+	if err != nil {
 		return err
 	}
 	runner, err := a.repositoryRunner(agentapi.RecoveryRepository)
@@ -64,7 +65,7 @@ func (a *Agent) recover(ctx context.Context, rec *agentapi.Recovery) error {
 	if err := runner.Restore(ctx, target); err != nil {
 		return err
 	}
-	if err := a.replayToTarget(ctx); err != nil {
+	if err := a.replayToTarget(ctx, backup.Repository != nil); err != nil {
 		return err
 	}
 	return os.Remove(a.restoreMarkerPath())
@@ -73,10 +74,11 @@ func (a *Agent) recover(ctx context.Context, rec *agentapi.Recovery) error {
 // replayToTarget runs the restored server until it has promoted, then stops it.
 //
 // It runs without archive_command: the new timeline's history file and first segments wait in
-// pg_wal (marked ready) for the server the agent starts next, by when the cluster's own
-// repository has its stanza. Archiving them now would fail for want of the stanza, and a fast
-// shutdown waits for the archiver's retries.
-func (a *Agent) replayToTarget(ctx context.Context) error {
+// pg_wal (marked ready) for the server the agent starts next. Before it stops, the promoted
+// server gets the cluster's own repository's stanza, so that the next server's first archive
+// push finds it: one that does not fails three times and sleeps a minute (the archiver's
+// rule), which is a minute of WAL unarchived after every restore.
+func (a *Agent) replayToTarget(ctx context.Context, ownRepository bool) error {
 	restoreSetting := a.overrideSetting("archive_command", "")
 	defer restoreSetting()
 	if err := a.Instance.Start(); err != nil {
@@ -104,6 +106,10 @@ func (a *Agent) replayToTarget(ctx context.Context) error {
 				return stop(err)
 			}
 			a.Log.Info("recovery reached its target and promoted")
+			if ownRepository {
+				// Failing here is not fatal: keepRepository retries once the server runs.
+				a.checkRepository(ctx)
+			}
 			// Promoted and durable: an immediate shutdown only means crash recovery at the
 			// next start, not a restore to do again.
 			if err := a.Instance.Stop(a.Options.ShutdownGrace); err != nil {
