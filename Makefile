@@ -6,7 +6,7 @@ VERSION ?= $(shell cat internal/version/VERSION)
 
 # BUNDLE_CREATED_AT is the CSV's createdAt annotation, the release date of VERSION. operator-sdk
 # stamps the current time; pinning it keeps `make bundle` reproducible (CI fails on a diff).
-BUNDLE_CREATED_AT ?= 2026-11-30T06:00:00Z
+BUNDLE_CREATED_AT ?= 2026-12-03T06:00:00Z
 
 # CHANNELS and DEFAULT_CHANNEL go into the bundle's metadata (bundle/metadata/annotations.yaml).
 # The catalog's channels (catalog/) are what OLM follows; keep the two consistent.
@@ -387,33 +387,21 @@ catalog: opm ## Render bundle/ into the file-based catalog (catalog/) and valida
 		> $(CATALOG_DIR)/bundles/pgpilot-operator.v$(VERSION).yaml
 	$(OPM) validate catalog
 
-# catalog-render-release adds the bundle of an earlier release (a git tag) to the catalog, built
-# in a git worktree from that tag's CRD, RBAC and manager Deployment with today's CSV base
-# (config/manifests), so that every entry carries the same metadata. v0.1.0 predates bundle/
-# and its entry was rendered with `make catalog-render-release RELEASE=v0.1.0`. (Its manager
-# already read WATCH_NAMESPACE; `generate bundle` sets it from olm.targetNamespaces, so it
-# supports the same install modes.) The base's descriptors must fit that tag's CRD: test/olm
-# runs pgpilot's scorecard checks on every bundle of the catalog. The tag's history is kept in
-# hack/releases/RELEASE.gitbundle, from which the local cluster builds that release's operator.
+# catalog-release adds an earlier release (a git tag) to the catalog and keeps its source: the
+# tag's own catalog entry, as released, byte for byte, and its tree in hack/releases/RELEASE.tar.gz
+# (git archive, whose header names the commit), from which the local cluster builds that
+# release's operator; committed binaries and the earlier releases' archives are left out. (The
+# 0.1.0 entry predates bundle/: it was built from the tag's CRD, RBAC and manager with the CSV
+# base of its day, by an earlier version of this target; see git log.)
 RELEASE ?=
-.PHONY: catalog-render-release
-catalog-render-release: kustomize operator-sdk opm ## Render the bundle of git tag RELEASE (e.g. v0.1.0) into the catalog.
-	@test -n "$(RELEASE)" || { echo "usage: make catalog-render-release RELEASE=v0.1.0" >&2; exit 2; }
-	set -e; dir=$$(mktemp -d /tmp/pgpilot-release-XXXXXX); src="$$dir/src"; \
-	trap 'git worktree remove --force "$$src" >/dev/null 2>&1 || true; rm -rf "$$dir"' EXIT; \
-	git worktree add --detach "$$src" "$(RELEASE)"; \
-	created=$$(TZ=UTC git log -1 --format=%cd --date=format-local:%Y-%m-%dT%H:%M:%SZ "$(RELEASE)"); \
-	rm -rf "$$src/config/manifests" && cp -r config/manifests "$$src/config/manifests"; \
-	(cd "$$src/config/manifests/image" && $(KUSTOMIZE) edit set image \
-		controller=$(IMAGE_TAG_BASE):$(RELEASE) pgpilot-scorecard=$(IMAGE_TAG_BASE)-scorecard:$(RELEASE)); \
-	(cd "$$src" && $(KUSTOMIZE) build config/manifests | $(OPERATOR_SDK) generate bundle -q --overwrite \
-		--version $(patsubst v%,%,$(RELEASE)) $(BUNDLE_METADATA_OPTS) && \
-	sed -i -e "s/^    createdAt: .*/    createdAt: \"$$created\"/" bundle/manifests/pgpilot-operator.clusterserviceversion.yaml && \
-	$(OPERATOR_SDK) bundle validate ./bundle --select-optional suite=operatorframework && \
-	$(OPERATOR_SDK) bundle validate ./bundle --select-optional name=good-practices); \
-	$(OPM) render "$$src/bundle" --alpha-image-ref-template '$(BUNDLE_IMAGE_TEMPLATE)' -o yaml \
-		> $(CATALOG_DIR)/bundles/pgpilot-operator.$(RELEASE).yaml
-	git bundle create hack/releases/$(RELEASE).gitbundle refs/tags/$(RELEASE)
+RELEASE_ENTRY = $(CATALOG_DIR)/bundles/pgpilot-operator.$(RELEASE).yaml
+.PHONY: catalog-release
+catalog-release: opm ## Add git tag RELEASE (e.g. v0.2.0) to the catalog and hack/releases.
+	@test -n "$(RELEASE)" || { echo "usage: make catalog-release RELEASE=v0.2.0" >&2; exit 2; }
+	@git cat-file -e "$(RELEASE):$(RELEASE_ENTRY)" 2>/dev/null || \
+		{ echo "$(RELEASE) has no $(RELEASE_ENTRY) (is the tag here, and was its catalog made?)" >&2; exit 2; }
+	git show "$(RELEASE):$(RELEASE_ENTRY)" > $(RELEASE_ENTRY)
+	git archive --format=tar "$(RELEASE)" -- . ':!bench' ':!hack/releases' | gzip -9n > hack/releases/$(RELEASE).tar.gz
 	$(OPM) validate catalog
 
 # The image tag given to the resulting catalog image (e.g. make catalog-build CATALOG_IMG=example.com/operator-catalog:v0.2.0).

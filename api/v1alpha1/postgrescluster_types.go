@@ -447,6 +447,11 @@ type InstanceStatus struct {
 	// +optional
 	Ready bool `json:"ready,omitempty"`
 
+	// Release of the instance agent in the pod, as the agent reports it. During an operator
+	// upgrade, the instances not yet replaced show the earlier release.
+	// +optional
+	AgentVersion string `json:"agentVersion,omitempty"`
+
 	// primary or replica, as PostgreSQL itself says (pg_is_in_recovery).
 	// +optional
 	Role string `json:"role,omitempty"`

@@ -26,6 +26,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	pgv1 "github.com/pgpilot/pgpilot-operator/api/v1alpha1"
+	pgversion "github.com/pgpilot/pgpilot-operator/internal/version"
 	"github.com/pgpilot/pgpilot-operator/test/controlplane"
 )
 
@@ -121,7 +122,7 @@ func startOperator(ctx context.Context, kubeconfig, logPath string) (*exec.Cmd, 
 	}
 	cmd := exec.Command(filepath.Join("bin", "manager"), "--metrics-bind-address=0", "--health-probe-bind-address=0")
 	cmd.Env = append(os.Environ(), "KUBECONFIG="+kubeconfig, "RELATED_IMAGE_POSTGRES=docker.io/library/postgres:15",
-		"RELATED_IMAGE_AGENT=ghcr.io/pgpilot/pgpilot-operator:v0.2.0")
+		"RELATED_IMAGE_AGENT=ghcr.io/pgpilot/pgpilot-operator:v"+pgversion.Version)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	return cmd, cmd.Start()

@@ -48,6 +48,9 @@ var defaultParameters = map[string]string{
 	"wal_receiver_status_interval": "1s",
 	"wal_receiver_timeout":         "10s",
 	"wal_sender_timeout":           "10s",
+	// A standby that lost its primary (a switchover, a failover) tries the new one every second
+	// instead of every 5 s: with synchronous commits required, writes wait for that reconnect.
+	"wal_retrieve_retry_interval": "1s",
 	// The agent turns ssl on with the cluster's certificates (agent.NewInstance); clients and
 	// standbys speak TLS 1.3, which every supported libpq does.
 	"ssl_min_protocol_version": "TLSv1.3",

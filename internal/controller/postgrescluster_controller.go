@@ -44,6 +44,11 @@ const staleRetry = time.Second
 // to notice what only the agents can tell (a replica that stopped streaming, lag).
 const defaultHealthInterval = 30 * time.Second
 
+// settlingInterval: a cluster with a primary that is not all ready (a replica reconnecting,
+// catching up) is looked at this often, so that Ready follows what only the agents can tell
+// within seconds; nothing in the API changes when a replica starts streaming again.
+const settlingInterval = 5 * time.Second
+
 // PostgresClusterReconciler drives PostgresClusters towards their spec.
 type PostgresClusterReconciler struct {
 	client.Client
@@ -178,6 +183,9 @@ func (r *PostgresClusterReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 	}
 	if result.IsZero() && s.primary != "" {
 		result.RequeueAfter = cmp.Or(r.HealthInterval, defaultHealthInterval)
+		if s.failure == nil && s.observed.reports != nil && !assessHealth(s).allReady() {
+			result.RequeueAfter = min(result.RequeueAfter, settlingInterval)
+		}
 	}
 	if due := s.renewAt.Sub(r.now()); !s.renewAt.IsZero() && (result.RequeueAfter == 0 || due < result.RequeueAfter) {
 		result.RequeueAfter = max(due, time.Second) // renew certificates in time

@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	pgbuilder "github.com/pgpilot/pgpilot-operator/internal/builder"
+	"github.com/pgpilot/pgpilot-operator/internal/instance/agentapi"
 )
 
 // CredentialsAnnotation on an instance pod names the credentials revision pgpilot last told it
@@ -23,7 +24,8 @@ const CredentialsAnnotation = "postgres.pgpilot.io/credentials-revision"
 // announceRotation notices credentials Secrets that changed since the status last recorded
 // them (a user rotating a password, a deleted Secret re-created), says so in an Event, and
 // touches the instance pods so that their agents apply the new passwords promptly; and the
-// same for certificates renewed by this reconcile (their Event is the renewal's).
+// same for certificates renewed by this reconcile (their Event is the renewal's) and for TLS
+// becoming required.
 func (r *PostgresClusterReconciler) announceRotation(ctx context.Context, s *scope) (*stop, error) {
 	recorded := s.original.Status.CredentialsVersions
 	var changed []string
@@ -32,9 +34,12 @@ func (r *PostgresClusterReconciler) announceRotation(ctx context.Context, s *sco
 			changed = append(changed, name)
 		}
 	}
-	if len(changed) > 0 || s.certificatesRenewed != "" {
+	if len(changed) > 0 || s.certificatesRenewed != "" || s.tlsNowRequired {
 		versions := map[string]string{pgbuilder.TLSSecretName(s.cluster): s.certificatesRenewed}
 		maps.Copy(versions, s.credentialsVersions)
+		if s.tlsNowRequired {
+			versions[agentapi.TLSPolicyFile] = "required"
+		}
 		revision := credentialsRevision(versions)
 		for i := range s.observed.pods {
 			if err := r.annotatePod(ctx, &s.observed.pods[i], revision); err != nil {

@@ -26,6 +26,7 @@ import (
 	"github.com/pgpilot/pgpilot-operator/internal/instance/agentapi"
 	"github.com/pgpilot/pgpilot-operator/internal/instance/pgtest"
 	"github.com/pgpilot/pgpilot-operator/internal/instance/postgres"
+	"github.com/pgpilot/pgpilot-operator/internal/version"
 )
 
 // These specs run real instance agents over real PostgreSQL servers in this process, with the
@@ -65,6 +66,7 @@ var _ = Describe("Instances with real agents", func() {
 			g.Expect(got.Status.InstancesStatus).NotTo(BeEmpty())
 			g.Expect(got.Status.InstancesStatus[0].Role).To(Equal(agentapi.RolePrimary))
 			g.Expect(got.Status.InstancesStatus[0].LSN).NotTo(BeEmpty())
+			g.Expect(got.Status.InstancesStatus[0].AgentVersion).To(Equal(version.Version))
 		}).Should(Succeed())
 
 		// The StatefulSet controller creates the second pod once the first is ready.

@@ -29,7 +29,12 @@ func (r *PostgresClusterReconciler) ensureConfigMap(ctx context.Context, s *scop
 	s.tlsRequired = !slices.ContainsFunc(pods, func(p corev1.Pod) bool { return !podServesTLS(&p) })
 	desired := pgbuilder.BuildConfigMap(s.cluster, agentapi.TLSPolicy{Required: s.tlsRequired})
 	s.configHash = agentapi.ConfigHash([]byte(desired.Data[agentapi.PostgresqlConfFile]), []byte(desired.Data[agentapi.HBAConfFile]))
-	return nil, ensureOwned(ctx, r, s, desired, &corev1.ConfigMap{})
+	live := &corev1.ConfigMap{} // as it was before this reconcile's apply
+	if err := ensureOwned(ctx, r, s, desired, live); err != nil {
+		return nil, err
+	}
+	s.tlsNowRequired = s.tlsRequired && live.ResourceVersion != "" && live.Data[agentapi.TLSPolicyFile] != desired.Data[agentapi.TLSPolicyFile]
+	return nil, nil
 }
 
 // +kubebuilder:rbac:groups=apps,resources=statefulsets,verbs=get;list;watch;create;patch;delete

@@ -39,8 +39,18 @@ const primaryReplaceHold = 2 * time.Minute
 // replica, so that its replacement costs a switchover's few seconds instead of a failover.
 func (r *PostgresClusterReconciler) rollOutTemplate(ctx context.Context, s *scope) (*stop, error) {
 	outdated := outdatedPods(s.statefulSet, s.observed.pods)
+	// A pod on its way out still looks ready, and its agent still answers, for a moment: the
+	// next one goes only once it is gone and its replacement is back.
+	leaving, leavingOutdated := terminatingPod(s.statefulSet, s.observed.pods)
+	if leavingOutdated {
+		return waitFor(reasonRollingUpdate, fmt.Sprintf("replacing %s with the updated pod template", leaving)), nil
+	}
 	if len(outdated) == 0 {
-		return nil, nil
+		return waitForReplacement(s), nil
+	}
+	if leaving != "" {
+		return waitFor(reasonUpdateWaiting, fmt.Sprintf("%d instance(s) run an outdated pod template; pgpilot replaces them once %s has terminated",
+			len(outdated), leaving)), nil
 	}
 	// A single instance has no redundancy to protect, and an instance of an operator without
 	// the agent (0.1.0) never reports healthy: it is replaced at once.
@@ -70,6 +80,24 @@ func (r *PostgresClusterReconciler) rollOutTemplate(ctx context.Context, s *scop
 	return waitFor(reasonRollingUpdate, fmt.Sprintf("replacing %s with the updated pod template", next)), nil
 }
 
+// waitForReplacement keeps the phase Upgrading after the last outdated pod went, until the
+// cluster is whole again (its replacement back, ready and streaming): the roll is not over
+// before.
+func waitForReplacement(s *scope) *stop {
+	if s.cluster.Status.Phase != pgv1.PhaseUpgrading || assessHealth(s).allReady() {
+		return nil
+	}
+	if int32(len(s.observed.pods)) < s.cluster.Spec.Instances {
+		return waitFor(reasonRollingUpdate, "waiting for the replaced pod to be created")
+	}
+	for i := range s.observed.pods {
+		if !podReady(&s.observed.pods[i]) {
+			return waitFor(reasonRollingUpdate, fmt.Sprintf("waiting for %s, replaced with the updated pod template, to be ready", s.observed.pods[i].Name))
+		}
+	}
+	return waitFor(reasonRollingUpdate, "waiting for the replaced instance to stream from the primary")
+}
+
 // switchoverForUpdate moves the primary to the updated replica with the most WAL; the
 // switchover stage carries it out, and the old primary is replaced afterwards as a replica.
 func (r *PostgresClusterReconciler) switchoverForUpdate(s *scope, outdated []string) (*stop, error) {
@@ -88,6 +116,21 @@ func (r *PostgresClusterReconciler) switchoverForUpdate(s *scope, outdated []str
 	r.event(s.cluster, s.observed.pod(target), corev1.EventTypeNormal, "SwitchoverStarted", "Switchover",
 		"Switching over from %s to %s: %s", s.primary, target, SwitchoverForUpdate)
 	return switchingOver(fmt.Sprintf("switching over from %s to %s to update it", s.primary, target)), nil
+}
+
+// terminatingPod is an instance pod being deleted, if any, and whether it runs an outdated
+// template (pgpilot or someone replaces it).
+func terminatingPod(sts *appsv1.StatefulSet, pods []corev1.Pod) (name string, outdated bool) {
+	for i := range pods {
+		if !pods[i].DeletionTimestamp.IsZero() {
+			revision := ""
+			if sts != nil {
+				revision = sts.Status.UpdateRevision
+			}
+			return pods[i].Name, revision != "" && pods[i].Labels[appsv1.ControllerRevisionHashLabelKey] != revision
+		}
+	}
+	return "", false
 }
 
 // outdatedPods are the instance pods not on the StatefulSet's update revision, replicas

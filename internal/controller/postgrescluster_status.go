@@ -133,6 +133,7 @@ func instancesStatus(o *observed) []pgv1.InstanceStatus {
 	for i := range o.pods {
 		st := pgv1.InstanceStatus{Name: o.pods[i].Name, Ready: podReady(&o.pods[i]), Error: o.failures[o.pods[i].Name]}
 		if own, ok := o.reports[st.Name]; ok {
+			st.AgentVersion = agentapi.VersionOf(own)
 			st.Role, st.Timeline, st.Streaming = own.Role, own.Timeline, own.Streaming
 			st.PendingRestart = own.PendingRestart
 			st.Fenced = own.FencedReason

@@ -3,12 +3,15 @@ package controller
 import (
 	"slices"
 	"testing"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	pgv1 "github.com/pgpilot/pgpilot-operator/api/v1alpha1"
 	pgbuilder "github.com/pgpilot/pgpilot-operator/internal/builder"
+	"github.com/pgpilot/pgpilot-operator/internal/instance/agentapi"
 )
 
 func TestOutdatedPods(t *testing.T) {
@@ -25,6 +28,63 @@ func TestOutdatedPods(t *testing.T) {
 	}
 	if got := outdatedPods(&appsv1.StatefulSet{}, pods); got != nil {
 		t.Errorf("no update revision yet: %v", got)
+	}
+}
+
+// A pod being deleted holds the roll back: outdated, it is the roll's own replacement; updated,
+// the next outdated one waits for it all the same.
+func TestTerminatingPod(t *testing.T) {
+	sts := &appsv1.StatefulSet{Status: appsv1.StatefulSetStatus{UpdateRevision: "new"}}
+	pod := func(name, revision string, deleting bool) corev1.Pod {
+		p := testPod(name, pgbuilder.RoleReplica, true)
+		p.Labels[appsv1.ControllerRevisionHashLabelKey] = revision
+		if deleting {
+			p.DeletionTimestamp = &metav1.Time{Time: time.Now()}
+		}
+		return p
+	}
+	for _, tc := range []struct {
+		pods         []corev1.Pod
+		name         string
+		wantOutdated bool
+	}{
+		{[]corev1.Pod{pod("db-0", "old", false), pod("db-1", "new", false)}, "", false},
+		{[]corev1.Pod{pod("db-0", "old", false), pod("db-2", "old", true)}, "db-2", true},
+		{[]corev1.Pod{pod("db-0", "old", false), pod("db-1", "new", true)}, "db-1", false},
+	} {
+		name, outdated := terminatingPod(sts, tc.pods)
+		if name != tc.name || outdated != tc.wantOutdated {
+			t.Errorf("terminatingPod = %q, %t; want %q, %t", name, outdated, tc.name, tc.wantOutdated)
+		}
+	}
+}
+
+// After the last outdated pod went, the phase stays Upgrading until its replacement is ready;
+// a cluster that was not upgrading is not held.
+func TestWaitForReplacement(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		phase pgv1.Phase
+		pods  []corev1.Pod
+		wait  bool
+	}{
+		{"replacement not created yet", pgv1.PhaseUpgrading, []corev1.Pod{testPod("db-1", pgbuilder.RolePrimary, true)}, true},
+		{"replacement starting", pgv1.PhaseUpgrading, []corev1.Pod{testPod("db-0", pgbuilder.RoleReplica, false), testPod("db-1", pgbuilder.RolePrimary, true)}, true},
+		{"replacement ready, not streaming yet", pgv1.PhaseUpgrading, []corev1.Pod{testPod("db-0", pgbuilder.RoleReplica, true), testPod("db-1", pgbuilder.RolePrimary, true)}, true},
+		{"replacement streaming", pgv1.PhaseUpgrading, []corev1.Pod{testPod("db-0", pgbuilder.RoleReplica, true), testPod("db-1", pgbuilder.RolePrimary, true)}, false},
+		{"not upgrading", pgv1.PhaseReady, []corev1.Pod{testPod("db-0", pgbuilder.RoleReplica, false), testPod("db-1", pgbuilder.RolePrimary, true)}, false},
+	} {
+		cluster := &pgv1.PostgresCluster{Spec: pgv1.PostgresClusterSpec{Instances: 2}, Status: pgv1.PostgresClusterStatus{Phase: tc.phase}}
+		s := &scope{cluster: cluster, observed: &observed{pods: tc.pods, reports: map[string]*agentapi.Status{
+			"db-1": {Role: agentapi.RolePrimary}, "db-0": {Role: agentapi.RoleReplica, Streaming: tc.name == "replacement streaming"}}},
+			primary: "db-1", statefulSet: &appsv1.StatefulSet{Status: appsv1.StatefulSetStatus{Replicas: 2, ReadyReplicas: int32(len(tc.pods))}}}
+		got := waitForReplacement(s)
+		if (got != nil) != tc.wait {
+			t.Errorf("%s: stop %+v, want waiting %t", tc.name, got, tc.wait)
+		}
+		if got != nil && got.reason != reasonRollingUpdate {
+			t.Errorf("%s: reason %s", tc.name, got.reason)
+		}
 	}
 }
 

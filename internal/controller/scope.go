@@ -67,6 +67,10 @@ type scope struct {
 	// tlsRequired: every instance runs an agent with certificates, so the configuration may
 	// require TLS of every remote connection.
 	tlsRequired bool
+	// tlsNowRequired: this reconcile changed the ConfigMap's policy to require TLS (the last
+	// instance without certificates was replaced); the pods are touched so that it applies at
+	// once.
+	tlsNowRequired bool
 	// created and updated name the owned objects this reconcile wrote ("Kind name"), for one
 	// Event each instead of one per object.
 	created, updated []string

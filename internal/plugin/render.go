@@ -46,7 +46,7 @@ func RenderStatus(w io.Writer, v ClusterView, now time.Time, colour bool) error 
 	p := printer{w: &b, colour: colour, now: now}
 	p.header(v)
 	p.conditions(v.Conditions)
-	p.instances(v.Members)
+	p.instances(v.Members, v.OperatorVersion)
 	p.backup(v.Backup)
 	p.events(v.Events)
 	_, err := io.WriteString(w, b.String())
@@ -121,13 +121,13 @@ func conditionColour(conditionType, status string) colour {
 	}
 }
 
-func (p printer) instances(members []InstanceView) {
+func (p printer) instances(members []InstanceView, operatorVersion string) {
 	p.section("Instances")
 	t := table{header: []string{"NAME", "ROLE", "READY", "REPLICATION", "TIMELINE", "LSN", "LAG", "REPLAY LAG", "SYNC", "NODE", "RESTARTS", "NOTES"}}
 	for _, m := range members {
 		t.add(cell{text: m.Name}, cell{text: orDash(m.Role)}, yesNo(m.Ready), p.replication(m),
 			cell{text: orDash(formatInt(m.Timeline))}, cell{text: orDash(m.LSN)}, cell{text: lagBytes(m)},
-			cell{text: orDash(m.ReplayLag)}, cell{text: orDash(m.SyncState)}, cell{text: orDash(m.Node)}, cell{text: strconv.Itoa(int(m.Restarts))}, notes(m))
+			cell{text: orDash(m.ReplayLag)}, cell{text: orDash(m.SyncState)}, cell{text: orDash(m.Node)}, cell{text: strconv.Itoa(int(m.Restarts))}, notes(m, operatorVersion))
 	}
 	t.write(p)
 }
@@ -159,8 +159,9 @@ func lagBytes(m InstanceView) string {
 	return bytesIEC(*m.LagBytes)
 }
 
-// notes says what is unusual about an instance: fenced, unreachable, waiting for a restart.
-func notes(m InstanceView) cell {
+// notes says what is unusual about an instance: fenced, unreachable, waiting for a restart,
+// running an agent of another release than the operator's (an upgrade not through yet).
+func notes(m InstanceView, operatorVersion string) cell {
 	var n []string
 	c := yellow
 	if m.Fenced != "" {
@@ -174,6 +175,9 @@ func notes(m InstanceView) cell {
 	}
 	if m.PodPhase != "" && m.PodPhase != "Running" {
 		n = append(n, "pod "+m.PodPhase)
+	}
+	if m.AgentVersion != "" && operatorVersion != "" && m.AgentVersion != operatorVersion {
+		n = append(n, "agent "+m.AgentVersion)
 	}
 	return cell{text: strings.Join(n, "; "), colour: c}
 }

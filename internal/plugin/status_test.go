@@ -25,7 +25,8 @@ var now = time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC)
 func ago(d time.Duration) metav1.Time { return metav1.NewTime(now.Add(-d)) }
 
 // fixture is a 3-instance cluster after a failover: one replica streams, one waits for a
-// restart and lags, the old primary's pod restarted; archiving works, one backup exists.
+// restart and lags, the old primary's pod restarted and still runs the previous release's
+// agent; archiving works, one backup exists.
 func fixture() (*pgv1.PostgresCluster, []corev1.Pod, []corev1.Event) {
 	c := &pgv1.PostgresCluster{
 		ObjectMeta: metav1.ObjectMeta{Name: "db", Namespace: "shop"},
@@ -33,17 +34,18 @@ func fixture() (*pgv1.PostgresCluster, []corev1.Pod, []corev1.Event) {
 			Backup: &pgv1.ClusterBackupSpec{}},
 		Status: pgv1.PostgresClusterStatus{
 			Phase: pgv1.PhaseReady, Instances: 3, ReadyInstances: 3, CurrentPrimary: "db-1",
-			CurrentPrimaryTimestamp: ptr.To(ago(2 * time.Hour)), Timeline: 2, OperatorVersion: "0.2.0",
+			CurrentPrimaryTimestamp: ptr.To(ago(2 * time.Hour)), Timeline: 2, OperatorVersion: "0.3.0",
 			Conditions: []metav1.Condition{
 				{Type: "Ready", Status: "True", Reason: "ClusterReady", Message: "3 of 3 instances ready", LastTransitionTime: ago(90 * time.Minute)},
 				{Type: "Degraded", Status: "False", Reason: "Healthy", LastTransitionTime: ago(90 * time.Minute)},
 				{Type: "ContinuousArchiving", Status: "True", Reason: "Archiving", Message: "WAL archived 12s ago", LastTransitionTime: ago(2 * time.Hour)},
 			},
 			InstancesStatus: []pgv1.InstanceStatus{
-				{Name: "db-0", Ready: true, Role: "replica", Timeline: 2, LSN: "0/5000060", Streaming: true, LagBytes: ptr.To[int64](0), SyncState: "quorum", RejoinedAt: "x"},
-				{Name: "db-1", Ready: true, Role: "primary", Timeline: 2, LSN: "0/5000060"},
+				{Name: "db-0", Ready: true, Role: "replica", Timeline: 2, LSN: "0/5000060", Streaming: true, LagBytes: ptr.To[int64](0), SyncState: "quorum", RejoinedAt: "x",
+					AgentVersion: "0.2.0"},
+				{Name: "db-1", Ready: true, Role: "primary", Timeline: 2, LSN: "0/5000060", AgentVersion: "0.3.0"},
 				{Name: "db-2", Ready: true, Role: "replica", Timeline: 2, LSN: "0/4FF0000", Streaming: true, LagBytes: ptr.To[int64](3 << 20),
-					ReplayLag: "1.25s", SyncState: "quorum", PendingRestart: []string{"shared_buffers"}},
+					ReplayLag: "1.25s", SyncState: "quorum", PendingRestart: []string{"shared_buffers"}, AgentVersion: "0.3.0"},
 			},
 			Backup: &pgv1.ClusterBackupStatus{
 				LastArchivedWAL: "000000020000000000000005", LastArchivedTime: ptr.To(ago(12 * time.Second)),

@@ -65,6 +65,7 @@ type InstanceView struct {
 	Node           string   `json:"node,omitempty"`
 	PodPhase       string   `json:"podPhase,omitempty"`
 	Restarts       int32    `json:"restarts,omitempty"`
+	AgentVersion   string   `json:"agentVersion,omitempty"`
 }
 
 // BackupView is the cluster's repository and WAL archiving.
@@ -150,6 +151,7 @@ func instanceViews(reported []pgv1.InstanceStatus, pods []corev1.Pod) []Instance
 		views = append(views, InstanceView{
 			Name: r.Name, Role: r.Role, Ready: r.Ready, Streaming: r.Streaming, Timeline: r.Timeline, LSN: r.LSN,
 			LagBytes: r.LagBytes, ReplayLag: r.ReplayLag, SyncState: r.SyncState, PendingRestart: r.PendingRestart, Fenced: r.Fenced, Error: r.Error,
+			AgentVersion: r.AgentVersion,
 		})
 	}
 	for _, p := range pods {

@@ -26,6 +26,8 @@ import (
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/config"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	pgv1 "github.com/pgpilot/pgpilot-operator/api/v1alpha1"
 )
@@ -60,6 +62,8 @@ func TestE2E(t *testing.T) {
 }
 
 var _ = BeforeSuite(func() {
+	// The client logs the API server's warnings, e.g. fields an earlier release's CRD prunes.
+	ctrllog.SetLogger(zap.New(zap.WriteTo(GinkgoWriter), zap.UseDevMode(true)))
 	httpcheckImage = os.Getenv("E2E_HTTPCHECK_IMAGE")
 	Expect(httpcheckImage).NotTo(BeEmpty(),
 		"E2E_HTTPCHECK_IMAGE is unset: run the suite with `make test-e2e` (test/e2e/run.sh)")

@@ -33,8 +33,12 @@ const (
 	packageName   = "pgpilot-operator"
 )
 
-// previousRelease is the catalog's earlier release, the one the specs upgrade from.
-const previousRelease = "0.1.0"
+// The catalog's earlier releases, which the specs upgrade from: 0.1.0 ran PostgreSQL without
+// the instance agent; 0.2.0 is the release before this version.
+const (
+	releaseWithoutAgent = "0.1.0"
+	previousRelease     = "0.2.0"
+)
 
 func csvName(version string) string { return packageName + ".v" + version }
 
@@ -160,6 +164,17 @@ func expectOperatorAvailable(ctx context.Context, ns string) {
 	deploy := &appsv1.Deployment{}
 	Expect(k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: operatorDeployment}, deploy)).To(Succeed())
 	Expect(deploy.Status.AvailableReplicas).To(BeNumerically(">=", 1), "operator Deployment not Available")
+}
+
+// installPlanCSVs are the CSVs the InstallPlans of ns installed or would install.
+func installPlanCSVs(ctx context.Context, ns string) []string {
+	var plans operatorsv1alpha1.InstallPlanList
+	Expect(k8s.List(ctx, &plans, client.InNamespace(ns))).To(Succeed())
+	var names []string
+	for _, p := range plans.Items {
+		names = append(names, p.Spec.ClusterServiceVersionNames...)
+	}
+	return names
 }
 
 // installPlanSummary describes the InstallPlans of ns: name, phase, the CSVs, the steps' status.

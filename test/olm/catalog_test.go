@@ -45,15 +45,17 @@ func TestCatalogValidates(t *testing.T) {
 	run(t, repoRoot, nil, opm(t), "validate", "catalog")
 }
 
-// The catalog holds the package with channels stable and candidate, each upgrading 0.1.0 to
-// the current version by replaces and skipRange, and bundles that name their bundle image (OLM
-// unpacks it) and carry their manifests inline too.
+// releases are the catalog's versions, oldest first: each replaces the one before it and skips
+// everything from 0.1.0 on, so that OLM upgrades any of them to the newest in one step.
+func releases() []string { return []string{"0.1.0", "0.2.0", pgversion.Version} }
+
+// The catalog holds the package with channels stable and candidate, each the chain of releases
+// by replaces and skipRange, and bundles that name their bundle image (OLM unpacks it) and carry
+// their manifests inline too.
 func TestCatalogUpgradeGraph(t *testing.T) {
 	c := loadCatalog(t)
-	version := pgversion.Version
-	current, previous := packageName+".v"+version, packageName+".v0.1.0"
-	if version == "0.1.0" {
-		t.Fatal("VERSION must be after 0.1.0")
+	if v := pgversion.Version; v == "0.1.0" || v == "0.2.0" {
+		t.Fatalf("VERSION %s is released already: bump it", v)
 	}
 
 	if len(c.Packages) != 1 || c.Packages[0].Name != packageName || c.Packages[0].DefaultChannel != "stable" {
@@ -74,26 +76,27 @@ func TestCatalogUpgradeGraph(t *testing.T) {
 		}
 		t.Errorf("channels %v, want stable and candidate", names)
 	}
+	var want []fbc.ChannelEntry
+	for i, v := range releases() {
+		e := fbc.ChannelEntry{Name: packageName + ".v" + v}
+		if i > 0 {
+			e.Replaces, e.SkipRange = want[i-1].Name, ">=0.1.0 <"+v
+		}
+		want = append(want, e)
+	}
 	for _, name := range []string{"stable", "candidate"} {
 		ch, ok := c.Channel(packageName, name)
 		if !ok {
 			t.Errorf("no channel %s in package %s", name, packageName)
 			continue
 		}
-		found := map[string]bool{}
-		for _, e := range ch.Entries {
-			found[e.Name] = true
-			if e.Name == current && (e.Replaces != previous || e.SkipRange != ">=0.1.0 <"+version) {
-				t.Errorf("channel %s: %s replaces %q skipRange %q, want replaces %s and skipRange '>=0.1.0 <%s'",
-					name, current, e.Replaces, e.SkipRange, previous, version)
-			}
-		}
-		if !found[current] || !found[previous] {
-			t.Errorf("channel %s entries %+v, want %s and %s", name, ch.Entries, previous, current)
+		if !equality.Semantic.DeepEqual(ch.Entries, want) {
+			t.Errorf("channel %s entries\n%+v\nwant\n%+v", name, ch.Entries, want)
 		}
 	}
 
-	for _, name := range []string{previous, current} {
+	for _, e := range want {
+		name := e.Name
 		b, ok := c.Bundle(name)
 		if !ok {
 			t.Errorf("no bundle %s", name)
@@ -139,21 +142,31 @@ func TestCatalogHasTheBundle(t *testing.T) {
 	}
 }
 
-// releaseHistory fetches an earlier release's tag from its git bundle (hack/releases), which
-// every clone carries, even one without tags or history, into a scratch repository.
-func releaseHistory(t *testing.T, tag string) (gitDir string) {
+// releaseSource unpacks an earlier release's source (hack/releases/TAG.tar.gz, which every
+// clone carries, even one without tags or history) and returns it with the commit `git archive`
+// recorded in its header.
+func releaseSource(t *testing.T, tag string) (dir, commit string) {
 	t.Helper()
-	gitDir = filepath.Join(t.TempDir(), "release.git")
-	run(t, repoRoot, nil, "git", "init", "--quiet", "--bare", gitDir)
-	run(t, repoRoot, nil, "git", "-C", gitDir, "fetch", "--quiet",
-		repoPath("hack", "releases", tag+".gitbundle"), "refs/tags/"+tag+":refs/tags/"+tag)
-	return gitDir
+	archive := repoPath("hack", "releases", tag+".tar.gz")
+	dir = t.TempDir()
+	run(t, repoRoot, nil, "tar", "-xzf", archive, "-C", dir)
+	commit = strings.TrimSpace(string(run(t, repoRoot, nil, "sh", "-c", `gzip -dc "$1" | git get-tar-commit-id`, "sh", archive)))
+	if out, err := runErr(repoRoot, nil, "git", "rev-parse", "--verify", "-q", tag+"^{commit}"); err == nil {
+		if tagged := strings.TrimSpace(string(out)); tagged != commit {
+			t.Errorf("this clone's tag %s is %s, hack/releases/%s.tar.gz holds %s", tag, tagged, tag, commit)
+		}
+	}
+	return dir, commit
 }
 
-// gitShow returns a file as committed at rev.
-func gitShow(t *testing.T, gitDir, rev, path string) []byte {
+// fileAt reads a file of a release's source.
+func fileAt(t *testing.T, dir string, path ...string) []byte {
 	t.Helper()
-	return run(t, repoRoot, nil, "git", "-C", gitDir, "show", rev+":"+path)
+	data, err := os.ReadFile(filepath.Join(append([]string{dir}, path...)...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return data
 }
 
 // v010Commit is the commit tagged v0.1.0, which the catalog's 0.1.0 entry was rendered from.
@@ -161,15 +174,9 @@ const v010Commit = "d8313d8c820b8be9c265727965b74767d4b8e8e9"
 
 // The 0.1.0 entry is a real build of the v0.1.0 tag: that commit's CRD, RBAC and manager.
 func TestCatalogV010IsTheTaggedRelease(t *testing.T) {
-	tag := "v0.1.0"
-	history := releaseHistory(t, tag)
-	if got := strings.TrimSpace(string(run(t, repoRoot, nil, "git", "-C", history, "rev-parse", tag+"^{commit}"))); got != v010Commit {
-		t.Errorf("hack/releases/%s.gitbundle holds %s, the catalog's 0.1.0 was rendered from %s", tag, got, v010Commit)
-	}
-	if out, err := runErr(repoRoot, nil, "git", "rev-parse", "--verify", "-q", tag+"^{commit}"); err == nil {
-		if got := strings.TrimSpace(string(out)); got != v010Commit {
-			t.Errorf("this clone's tag %s is %s, the catalog's 0.1.0 was rendered from %s", tag, got, v010Commit)
-		}
+	source, commit := releaseSource(t, "v0.1.0")
+	if commit != v010Commit {
+		t.Errorf("hack/releases/v0.1.0.tar.gz holds %s, the catalog's 0.1.0 was rendered from %s", commit, v010Commit)
 	}
 	b, ok := loadCatalog(t).Bundle(packageName + ".v0.1.0")
 	if !ok {
@@ -179,7 +186,7 @@ func TestCatalogV010IsTheTaggedRelease(t *testing.T) {
 	csv := csvOf(t, objs)
 
 	var tagCRD map[string]any
-	if err := yaml.Unmarshal(gitShow(t, history, tag, "config/crd/bases/postgres.pgpilot.io_postgresclusters.yaml"), &tagCRD); err != nil {
+	if err := yaml.Unmarshal(fileAt(t, source, "config", "crd", "bases", "postgres.pgpilot.io_postgresclusters.yaml"), &tagCRD); err != nil {
 		t.Fatal(err)
 	}
 	for _, obj := range objs {
@@ -194,7 +201,7 @@ func TestCatalogV010IsTheTaggedRelease(t *testing.T) {
 	}
 
 	var tagRole rbacv1.ClusterRole
-	if err := yaml.Unmarshal(gitShow(t, history, tag, "config/rbac/role.yaml"), &tagRole); err != nil {
+	if err := yaml.Unmarshal(fileAt(t, source, "config", "rbac", "role.yaml"), &tagRole); err != nil {
 		t.Fatal(err)
 	}
 	strategy := csv.Spec.InstallStrategy.StrategySpec
@@ -216,7 +223,7 @@ func TestCatalogV010IsTheTaggedRelease(t *testing.T) {
 			} `json:"template"`
 		} `json:"spec"`
 	}
-	docs := yamlDocs(t, gitShow(t, history, tag, "config/manager/manager.yaml"))
+	docs := yamlDocs(t, fileAt(t, source, "config", "manager", "manager.yaml"))
 	if err := yaml.Unmarshal(docs[len(docs)-1], &tagManager); err != nil {
 		t.Fatal(err)
 	}
@@ -228,6 +235,30 @@ func TestCatalogV010IsTheTaggedRelease(t *testing.T) {
 	}
 	if manager.Image != "ghcr.io/pgpilot/pgpilot-operator:v0.1.0" {
 		t.Errorf("0.1.0 manager image %s", manager.Image)
+	}
+}
+
+// v020Commit is the commit tagged v0.2.0.
+const v020Commit = "af16f0b96d997fe7f91aae7b5cdafd9d7552c3bb"
+
+// The 0.2.0 entry is the one released: byte for byte the catalog entry committed at the v0.2.0
+// tag, whose bundle/ CI rendered it from; and the archive builds that version.
+func TestCatalogV020IsTheTaggedRelease(t *testing.T) {
+	source, commit := releaseSource(t, "v0.2.0")
+	if commit != v020Commit {
+		t.Errorf("hack/releases/v0.2.0.tar.gz holds %s, want the v0.2.0 commit %s", commit, v020Commit)
+	}
+	if v := strings.TrimSpace(string(fileAt(t, source, "internal", "version", "VERSION"))); v != "0.2.0" {
+		t.Errorf("the v0.2.0 source says VERSION %s", v)
+	}
+	entry := filepath.Join("catalog", packageName, "bundles", packageName+".v0.2.0.yaml")
+	released := fileAt(t, source, entry)
+	committed, err := os.ReadFile(repoPath(entry))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(released, committed) {
+		t.Errorf("%s is not the entry released at v0.2.0 (make catalog-release RELEASE=v0.2.0)", entry)
 	}
 }
 

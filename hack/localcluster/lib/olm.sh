@@ -111,29 +111,25 @@ build_pgpilot_scorecard_image() {
 }
 
 # build_release_operator TAG: the operator image of an earlier release, its binaries built once
-# from the release's commit and cached by it. The commit comes from hack/releases/TAG.gitbundle,
-# the release's history carried in the repository, so a clone without tags or history (as CI
-# makes) builds the same release.
+# from the release's source and cached by its commit. The source is hack/releases/TAG.tar.gz, the
+# tagged tree as `git archive` wrote it (the commit is in its header), carried in the repository
+# so that a clone without tags or history (as CI makes) builds the same release.
 build_release_operator() {
   local tag=$1 commit
-  RELEASE_HISTORY=$REPO_ROOT/hack/releases/$tag.gitbundle
-  [[ -f $RELEASE_HISTORY ]] || die "$RELEASE_HISTORY is missing (make it: git bundle create $RELEASE_HISTORY refs/tags/$tag)"
-  commit=$(git bundle list-heads "$RELEASE_HISTORY" "refs/tags/$tag" | cut -d' ' -f1)
-  [[ -n $commit ]] || die "$RELEASE_HISTORY holds no refs/tags/$tag"
-  RELEASE_TAG=$tag
+  RELEASE_SOURCE=$REPO_ROOT/hack/releases/$tag.tar.gz
+  [[ -f $RELEASE_SOURCE ]] || die "$RELEASE_SOURCE is missing (make catalog-render-release RELEASE=$tag writes it)"
+  commit=$(gzip -dc "$RELEASE_SOURCE" | git get-tar-commit-id) || true
+  [[ -n $commit ]] || die "$RELEASE_SOURCE names no commit (it is not a git archive of the tag)"
   OPERATOR_BUILD=$(build_once "operator-$tag" "${commit:0:12}" build_release_binaries)
   image "operator-$tag" pgpilot-operator "$tag $(cd "$OPERATOR_BUILD" && sha256sum ./*)" build_operator_image
 }
 
 build_release_binaries() {
-  local repo tree
-  repo=$(mktemp -d "$STATE/build/release.XXXXXX")
-  tree=$repo/tree
-  git init --quiet --bare "$repo/git"
-  git -C "$repo/git" fetch --quiet "$RELEASE_HISTORY" "refs/tags/$RELEASE_TAG:refs/tags/$RELEASE_TAG"
-  mkdir "$tree" && git -C "$repo/git" archive "refs/tags/$RELEASE_TAG" | tar -x -C "$tree"
+  local tree
+  tree=$(mktemp -d "$STATE/build/release.XXXXXX")
+  tar -xzf "$RELEASE_SOURCE" -C "$tree"
   build_operator_binaries "$tree" "$1"
-  rm -rf "$repo"
+  rm -rf "$tree"
 }
 
 # build_olm_images: OLM, opm and pgpilot's release images, each named by what refers to it:

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/pgpilot/pgpilot-operator/internal/instance/agentapi"
+	"github.com/pgpilot/pgpilot-operator/internal/version"
 )
 
 // probeTimeout bounds each check behind an endpoint; the kubelet's own timeout is longer.
@@ -66,6 +67,7 @@ func NewHandler(checks Checks, token func() string) http.Handler {
 			http.Error(w, err.Error(), http.StatusServiceUnavailable)
 			return
 		}
+		status.Version = version.Version
 		writeJSON(w, status)
 	})))
 	mux.Handle("POST "+agentapi.PathDropSlots, requireToken(token, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

@@ -68,6 +68,9 @@ const (
 
 // Status is what an instance reports about itself (PathStatus).
 type Status struct {
+	// Version is the agent's release (pgpilot's VERSION). Agents of 0.2.0, the first release
+	// with an agent, do not send it: see VersionOf.
+	Version string `json:"version,omitempty"`
 	// Role is RolePrimary or RoleReplica (in recovery); empty while Fenced.
 	Role string `json:"role"`
 	// Fenced: PostgreSQL is stopped and stays stopped until the primary Lease is granted
@@ -170,10 +173,9 @@ type ReplicaStatus struct {
 	// LagBytes is how much WAL the standby has yet to replay.
 	LagBytes int64 `json:"lagBytes"`
 	// ReplayLagSeconds is how long the standby took to replay recent WAL (replay_lag); nil
-	// once it has caught up and the primary writes nothing. Agents of 0.2.0 do not send it.
+	// once it has caught up and the primary writes nothing.
 	ReplayLagSeconds *float64 `json:"replayLagSeconds,omitempty"`
-	// SyncState is pg_stat_replication.sync_state: sync, quorum, potential or async. Agents of
-	// 0.2.0 do not send it.
+	// SyncState is pg_stat_replication.sync_state: sync, quorum, potential or async.
 	SyncState string `json:"syncState,omitempty"`
 }
 
@@ -182,8 +184,8 @@ type DropSlotsRequest struct {
 	Slots []string `json:"slots"`
 }
 
-// DropSlotsResponse names the slots actually dropped. Its key is the request's, as agents of
-// 0.2.0 answer, so that operators and agents of either version understand each other.
+// DropSlotsResponse names the slots actually dropped. Its key is the request's, as agents have
+// answered since 0.2.0, so that operators and agents of either version understand each other.
 type DropSlotsResponse struct {
 	Dropped []string `json:"slots"`
 }
@@ -194,4 +196,16 @@ var slotUnsafe = regexp.MustCompile(`[^a-z0-9_]`)
 // clones it, e.g. db-1 → db_1; the operator drops it when the instance is scaled away.
 func SlotName(pod string) string {
 	return slotUnsafe.ReplaceAllString(strings.ToLower(pod), "_")
+}
+
+// UnversionedAgent is the release of an agent whose Status has no Version: 0.2.0, the only
+// release with an agent before the field.
+const UnversionedAgent = "0.2.0"
+
+// VersionOf is the release of the agent that sent status.
+func VersionOf(status *Status) string {
+	if status.Version == "" {
+		return UnversionedAgent
+	}
+	return status.Version
 }

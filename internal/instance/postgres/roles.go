@@ -122,29 +122,45 @@ func Connect(ctx context.Context, port int, user, password, database string) (*p
 }
 
 // EnsurePrimaryConnInfo points a standby's WAL receiver at the primary with password, when
-// the password or the TLS mode it uses differs: a replication password that changed would
-// otherwise fail the standby's next connection, and a primary that came to require TLS its
-// next one. ALTER SYSTEM works on a standby, and a reload restarts only the WAL receiver. It
-// reports whether it changed anything.
+// the password or the TLS settings it uses differ: a replication password that changed would
+// otherwise fail the standby's next connection, and a primary that came to require TLS, or a
+// client certificate, its next one. ALTER SYSTEM works on a standby, and a reload restarts
+// only the WAL receiver. It reports whether it changed anything.
 func EnsurePrimaryConnInfo(ctx context.Context, conn *pgx.Conn, conninfo, password string) (bool, error) {
 	var current string
 	if err := conn.QueryRow(ctx, `SELECT setting FROM pg_settings WHERE name = 'primary_conninfo'`).Scan(&current); err != nil {
 		return false, fmt.Errorf("read primary_conninfo: %w", err)
 	}
-	if sslMode(current) == sslMode(conninfo) && connInfoPassword(current) == password {
+	if !connInfoDiffers(current, conninfo, password) {
 		return false, nil
 	}
 	return true, alterSystem(ctx, conn, "primary_conninfo", conninfo)
 }
 
-// sslModeKeyword finds a connection string's sslmode, quoted (ConnInfo) or not (pg_basebackup).
-var sslModeKeyword = regexp.MustCompile(`(?:^|\s)sslmode\s*=\s*'?([a-z-]+)`)
-
-func sslMode(conninfo string) string {
-	if m := sslModeKeyword.FindStringSubmatch(conninfo); m != nil {
-		return m[1]
+// connInfoDiffers: the standby's current primary_conninfo (pgpilot's, or pg_basebackup's, or
+// an earlier release's) authenticates or encrypts otherwise than desired with password.
+func connInfoDiffers(current, desired, password string) bool {
+	for _, keyword := range []string{"sslmode", "sslcert", "sslkey", "sslrootcert"} {
+		if connInfoValue(current, keyword) != connInfoValue(desired, keyword) {
+			return true
+		}
 	}
-	return "prefer" // libpq's default
+	return connInfoPassword(current) != password
+}
+
+// connInfoValue is a keyword's value in a connection string, quoted (ConnInfo) or not
+// (pg_basebackup); sslmode defaults to libpq's prefer.
+func connInfoValue(conninfo, keyword string) string {
+	m := regexp.MustCompile(`(?:^|\s)` + keyword + `\s*=\s*(?:'((?:[^'\\]|\\.)*)'|(\S+))`).FindStringSubmatch(conninfo)
+	switch {
+	case m == nil && keyword == "sslmode":
+		return "prefer"
+	case m == nil:
+		return ""
+	case m[2] != "":
+		return m[2]
+	}
+	return strings.NewReplacer(`\'`, `'`, `\\`, `\`).Replace(m[1])
 }
 
 // certificateFiles are the keywords pgconn would open files for.
