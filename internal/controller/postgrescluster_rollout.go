@@ -95,7 +95,9 @@ func waitForReplacement(s *scope) *stop {
 			return waitFor(reasonRollingUpdate, fmt.Sprintf("waiting for %s, replaced with the updated pod template, to be ready", s.observed.pods[i].Name))
 		}
 	}
-	return waitFor(reasonRollingUpdate, "waiting for the replaced instance to stream from the primary")
+	// Nothing in the API changes when it starts streaming: look again soon.
+	return &stop{reasonMessage: reasonMessage{reasonRollingUpdate, "waiting for the replaced instance to stream from the primary"},
+		retry: true, after: settlingInterval}
 }
 
 // switchoverForUpdate moves the primary to the updated replica with the most WAL; the
