@@ -78,7 +78,7 @@ var _ = Describe("Backup and point-in-time recovery", Ordered, SpecPriority(slow
 			g.Expect(current.Status.Backup).NotTo(BeNil())
 			g.Expect(current.Status.Backup.LastBackup).To(Equal(st.Label))
 			g.Expect(current.Status.Backup.FirstRecoverabilityPoint).NotTo(BeNil())
-		}).WithTimeout(time.Minute).Should(Succeed())
+		}).WithTimeout(operatorReacts).Should(Succeed())
 	})
 
 	It("reports WAL archiving failing while S3 is down, keeps the primary writable, and archives again once S3 is back", func(ctx SpecContext) {

@@ -62,7 +62,7 @@ var _ = Describe("The sample PostgresCluster", Ordered, func() {
 			g.Expect(k8s.Get(ctx, key, secret)).To(Succeed())
 			g.Expect(string(secret.Data[corev1.BasicAuthPasswordKey])).NotTo(BeEmpty())
 			g.Expect(string(secret.Data[corev1.BasicAuthPasswordKey])).NotTo(Equal(old))
-		}).WithTimeout(30 * time.Second).Should(Succeed())
+		}).WithTimeout(operatorReacts).Should(Succeed())
 
 		attempt := 0
 		Eventually(func() bool {
@@ -129,7 +129,7 @@ var _ = Describe("A PostgresCluster whose storage class does not exist", func() 
 			g.Expect(degraded.Reason).To(Equal("InstancesUnschedulable"))
 			g.Expect(degraded.Message).To(ContainSubstring("noclass-0"))
 			GinkgoWriter.Printf("Degraded: %s\n", degraded.Message)
-		}).WithTimeout(time.Minute).WithPolling(time.Second).Should(Succeed())
+		}).WithTimeout(operatorReacts).WithPolling(time.Second).Should(Succeed())
 		Expect(k8s.Delete(ctx, cluster)).To(Succeed())
 		waitForGone(ctx, cluster)
 	})

@@ -39,6 +39,12 @@ const (
 	metricsReaderRole  = "pgpilot-operator-metrics-reader"
 )
 
+// operatorReacts bounds a wait for what the operator does at once (a Secret re-created, a
+// condition set). Not seconds: a failover spec SIGKILLs the operator while other specs run, and
+// its successor leads only once the killed one's Lease expired (--leader-elect-lease-duration,
+// 60 s; then a retry period, 5 s).
+const operatorReacts = 2 * time.Minute
+
 // The deploy phase runs specs on several processes, and ends when its longest container does:
 // the slowest containers start first, so that none of them starts last and runs alone.
 const (
@@ -94,6 +100,7 @@ func newNamespace(ctx context.Context, prefix string) string {
 	ns := &corev1.Namespace{}
 	ns.GenerateName = prefix + "-"
 	Expect(k8s.Create(ctx, ns)).To(Succeed())
+	specNamespaces = append(specNamespaces, ns.Name)
 	DeferCleanup(func(ctx SpecContext) {
 		Expect(client.IgnoreNotFound(k8s.Delete(ctx, ns))).To(Succeed())
 	})

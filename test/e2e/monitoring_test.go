@@ -71,7 +71,7 @@ var _ = Describe("Monitoring", Ordered, SpecPriority(slowSpecs), func() {
 		podMonitor := &monitoringv1.PodMonitor{}
 		Eventually(func(g Gomega) {
 			g.Expect(k8s.Get(ctx, client.ObjectKeyFromObject(cluster), podMonitor)).To(Succeed())
-		}).WithTimeout(time.Minute).Should(Succeed())
+		}).WithTimeout(operatorReacts).Should(Succeed())
 		prometheus = startPrometheus(ctx, podMonitor)
 	})
 	AfterEach(dumpOnFailure)
@@ -155,7 +155,7 @@ var _ = Describe("Monitoring", Ordered, SpecPriority(slowSpecs), func() {
 			}
 			g.Expect(prometheus.query(g, ctx, "up"+operator+" == 1")).To(HaveLen(1), "the operator's endpoint is not scraped")
 			g.Expect(prometheus.query(g, ctx, "pgpilot_reconcile_stage_outcomes_total"+operator)).NotTo(BeEmpty())
-		}).WithTimeout(time.Minute).WithPolling(time.Second).Should(Succeed())
+		}).WithTimeout(operatorReacts).WithPolling(time.Second).Should(Succeed())
 		for _, cost := range []string{"scrape_duration_seconds", "scrape_samples_scraped"} {
 			for _, sample := range prometheus.query(Default, ctx, cost+instances) {
 				AddReportEntry(fmt.Sprintf("prometheus: %s of %s", cost, sample.Metric["pod"]), sample.Value.String())

@@ -82,11 +82,21 @@ take_down() {
   fi
 }
 
+# Each phase's ginkgo JSON report, for the failure digest printed last.
+reports=$(mktemp -d)
+print_digest() {
+  local status=0
+  if [[ -x bin/e2e-digest ]]; then bin/e2e-digest "$reports"/*.json || status=$?; fi
+  rm -rf "$reports"
+  return "$status"
+}
+
 teardown() {
   local status=$?
   finish_beside || status=1
   wait_all_background || status=1
   take_down || status=1
+  print_digest || status=1
   exit "$status"
 }
 
@@ -112,12 +122,13 @@ E2E_POSTGRES_SECOND_TAG=${E2E_POSTGRES_IMAGE%:*}:e2e-second-tag
 build_suite() {
   go build -o bin/ginkgo github.com/onsi/ginkgo/v2/ginkgo
   go build -o bin/kubectl-pgpilot ./cmd/kubectl-pgpilot
+  go build -o bin/e2e-digest ./test/e2e/digest
   go test -c -tags e2e -o test/e2e/e2e.test ./test/e2e/
 }
 run_specs() {
   # shellcheck disable=SC2086 # E2E_GINKGO_FLAGS is a list of flags
   "$LOCALCLUSTER" exec -- "$PWD/bin/ginkgo" --procs="$2" --timeout=40m -v --no-color \
-    --label-filter="$1" ${E2E_GINKGO_FLAGS:-} "$PWD/test/e2e/e2e.test"
+    --label-filter="$1" --json-report="$reports/$3.json" ${E2E_GINKGO_FLAGS:-} "$PWD/test/e2e/e2e.test"
 }
 
 phases=${E2E_PHASES:-deploy olm}
@@ -143,7 +154,7 @@ if [[ " $phases " == *" deploy "* ]]; then
   # OLM and pgpilot's catalog come up beside the specs (they touch nothing of pgpilot's until
   # the OLM phase subscribes), so that phase starts at once.
   if [[ " $phases " == *" olm "* ]]; then in_background olm "$LOCALCLUSTER" olm; fi
-  run_specs '!olm' "${E2E_PROCS:-3}"
+  run_specs '!olm' "${E2E_PROCS:-3}" deploy
   "$LOCALCLUSTER" undeploy
 fi
 if [[ " $phases " == *" olm "* ]]; then
@@ -160,7 +171,7 @@ if [[ " $phases " == *" olm "* ]]; then
   export E2E_REGISTRY=$REGISTRY_ADDR E2E_REGISTRY_CA=$REGISTRY_CA E2E_INDEX_IMAGE=$OPM_INDEX_IMAGE
   E2E_OPERATOR_SDK=$("$PWD/hack/toolchain.sh" operator-sdk)/operator-sdk
   export E2E_OPERATOR_SDK
-  run_specs olm 1
+  run_specs olm 1 olm
 fi
 # What runs beside needs no cluster: it gets the CPU the cluster's daemons would take.
 take_down

@@ -1,0 +1,84 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/onsi/ginkgo/v2/types"
+)
+
+func failedSpec(text, message, entry string) types.SpecReport {
+	return types.SpecReport{
+		ContainerHierarchyTexts: []string{"A cluster"},
+		LeafNodeText:            text,
+		State:                   types.SpecStateFailed,
+		RunTime:                 61 * time.Second,
+		Failure: types.Failure{Message: message,
+			Location: types.CodeLocation{FileName: "/check/test/e2e/cluster_test.go", LineNumber: 132}},
+		ReportEntries: types.ReportEntries{
+			{Name: "operator log", Value: types.WrapEntryValue("not in the digest")},
+			{Name: "digest", Value: types.WrapEntryValue(entry)},
+		},
+	}
+}
+
+func TestDigestPrintsFailuresWithTheirDigestEntryOnly(t *testing.T) {
+	report := types.Report{SpecReports: types.SpecReports{
+		{LeafNodeText: "passes", State: types.SpecStatePassed},
+		failedSpec("turns Degraded", "Expected\n    <string>: AsExpected\nto equal\n    <string>: InstancesUnschedulable",
+			"namespace e2e-noclass-x:\n  cluster noclass phase=Bootstrapping"),
+		failedSpec("second", "m2", "e2"),
+		failedSpec("third", strings.Repeat("line\n", 50), "e3"),
+	}}
+	data, err := json.Marshal([]types.Report{report})
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "deploy.json")
+	if err := os.WriteFile(path, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var out strings.Builder
+	n, err := digest(&out, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n != 3 {
+		t.Errorf("counted %d failures, want 3", n)
+	}
+	text := out.String()
+	for _, want := range []string{
+		"--- [failed] A cluster turns Degraded\n    at cluster_test.go:132 after 1m1s\n",
+		"<string>: InstancesUnschedulable", "cluster noclass phase=Bootstrapping",
+		"--- [failed] A cluster third (details above)",
+	} {
+		if !strings.Contains(text, want) {
+			t.Errorf("digest lacks %q:\n%s", want, text)
+		}
+	}
+	for _, unwanted := range []string{"passes", "not in the digest", "line\n"} {
+		if strings.Contains(text, unwanted) {
+			t.Errorf("digest has %q:\n%s", unwanted, text)
+		}
+	}
+}
+
+func TestDigestOfAPhaseThatDidNotRunIsEmpty(t *testing.T) {
+	var out strings.Builder
+	n, err := digest(&out, filepath.Join(t.TempDir(), "olm.json"))
+	if err != nil || n != 0 || out.Len() != 0 {
+		t.Errorf("got %d, %v, %q; want nothing", n, err, out.String())
+	}
+}
+
+func TestWriteCappedSaysWhatItLeftOut(t *testing.T) {
+	var out strings.Builder
+	writeCapped(&out, "a\nb\nc\n", 2)
+	if want := "    a\n    b\n    (1 more lines in the full output)\n"; out.String() != want {
+		t.Errorf("got %q, want %q", out.String(), want)
+	}
+}
