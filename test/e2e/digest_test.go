@@ -24,10 +24,9 @@ import (
 // run: a CI log is often read from its tail only, and the full dumps are far above it.
 const digestEntry = "digest"
 
-// specNamespaces are the namespaces the running spec created (one spec at a time per process).
+// specNamespaces are the namespaces this process's specs created. Those still active when a
+// spec fails are its own, or its ordered container's: the others' cleanups deleted theirs.
 var specNamespaces []string
-
-var _ = BeforeEach(func() { specNamespaces = nil })
 
 // A top-level AfterEach runs after every spec's own ones, before its DeferCleanups delete the
 // namespaces.
@@ -36,8 +35,11 @@ var _ = AfterEach(func(ctx SpecContext) {
 		return
 	}
 	var out strings.Builder
-	for _, ns := range specNamespaces {
-		describeNamespace(ctx, &out, ns)
+	for _, name := range specNamespaces {
+		ns := &corev1.Namespace{}
+		if k8s.Get(ctx, client.ObjectKey{Name: name}, ns) == nil && ns.Status.Phase == corev1.NamespaceActive {
+			describeNamespace(ctx, &out, name)
+		}
 	}
 	AddReportEntry(digestEntry, out.String())
 })
