@@ -35,18 +35,22 @@ var _ = AfterEach(func(ctx SpecContext) {
 		return
 	}
 	var out strings.Builder
+	logLines, err := operatorLogLines(ctx)
+	if err != nil {
+		fmt.Fprintf(&out, "operator logs: %v\n", err)
+	}
 	for _, name := range specNamespaces {
 		ns := &corev1.Namespace{}
 		if k8s.Get(ctx, client.ObjectKey{Name: name}, ns) == nil && ns.Status.Phase == corev1.NamespaceActive {
-			describeNamespace(ctx, &out, name)
+			describeNamespace(ctx, &out, name, logLines)
 		}
 	}
 	AddReportEntry(digestEntry, out.String())
 })
 
 // describeNamespace writes, in a few lines, the state of the clusters and pods of ns, its last
-// Events and what the operators logged about it.
-func describeNamespace(ctx context.Context, out *strings.Builder, ns string) {
+// Events and the last of the operators' log lines that mention it.
+func describeNamespace(ctx context.Context, out *strings.Builder, ns string, logLines []string) {
 	fmt.Fprintf(out, "namespace %s:\n", ns)
 	clusters := &pgv1.PostgresClusterList{}
 	if err := k8s.List(ctx, clusters, client.InNamespace(ns)); err != nil {
@@ -66,7 +70,8 @@ func describeNamespace(ctx context.Context, out *strings.Builder, ns string) {
 				podReady(&pod), unscheduledNote(&pod))
 		}
 	}
-	for _, line := range operatorLogLinesAbout(ctx, ns, 12) {
+	about := slices.DeleteFunc(slices.Clone(logLines), func(line string) bool { return !strings.Contains(line, ns) })
+	for _, line := range about[max(0, len(about)-12):] {
 		fmt.Fprintf(out, "  log %s\n", clip(shortLogLine(line), 300))
 	}
 	events := &corev1.EventList{}
@@ -96,14 +101,14 @@ func unscheduledNote(pod *corev1.Pod) string {
 	return ""
 }
 
-// operatorLogLinesAbout is the last lines that mention ns in the logs of every pgpilot operator
-// (deployed or installed by OLM, wherever it runs).
-func operatorLogLinesAbout(ctx context.Context, ns string, lines int) []string {
+// operatorLogLines is the end of the log of every pgpilot operator (deployed or installed by
+// OLM, wherever it runs), read once for all the namespaces a digest describes.
+func operatorLogLines(ctx context.Context) ([]string, error) {
 	pods := &corev1.PodList{}
 	if err := k8s.List(ctx, pods, client.MatchingLabels{"control-plane": "controller-manager"}); err != nil {
-		return []string{err.Error()}
+		return nil, err
 	}
-	var found []string
+	var lines []string
 	for _, pod := range pods.Items {
 		stream, err := clientset.CoreV1().Pods(pod.Namespace).GetLogs(pod.Name,
 			&corev1.PodLogOptions{TailLines: ptr.To[int64](5000)}).Stream(ctx)
@@ -113,13 +118,11 @@ func operatorLogLinesAbout(ctx context.Context, ns string, lines int) []string {
 		scanner := bufio.NewScanner(stream)
 		scanner.Buffer(make([]byte, 64*1024), 1024*1024)
 		for scanner.Scan() {
-			if strings.Contains(scanner.Text(), ns) {
-				found = append(found, scanner.Text())
-			}
+			lines = append(lines, scanner.Text())
 		}
 		_ = stream.Close()
 	}
-	return found[max(0, len(found)-lines):]
+	return lines, nil
 }
 
 // shortLogLine drops from a JSON log line what the digest already says (controller, object,

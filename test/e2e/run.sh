@@ -82,8 +82,7 @@ take_down() {
   fi
 }
 
-# Each phase's ginkgo JSON report, for the failure digest printed last.
-reports=$(mktemp -d)
+# print_digest prints the failures in each phase's ginkgo JSON report ($reports), last.
 print_digest() {
   local status=0
   if [[ -x bin/e2e-digest ]]; then bin/e2e-digest "$reports"/*.json || status=$?; fi
@@ -103,6 +102,7 @@ teardown() {
 # A compile error should not cost a cluster bring-up.
 go vet -tags e2e ./test/e2e/
 
+reports=$(mktemp -d)
 trap teardown EXIT
 LOCALCLUSTER_IMAGES=$("$LOCALCLUSTER" images)
 image_ref() { awk -v name="$1" '$1 == name {print $2}' <<<"$LOCALCLUSTER_IMAGES"; }

@@ -14,6 +14,9 @@ import (
 	"github.com/onsi/ginkgo/v2/types"
 )
 
+// entryName is the report entry the e2e suite adds on failure (digestEntry there).
+const entryName = "digest"
+
 // Bounds that keep the digest within the tail of a log a reader sees.
 const (
 	detailedFailures = 2
@@ -74,7 +77,7 @@ func writeFailure(w io.Writer, spec types.SpecReport) {
 		spec.RunTime.Round(1e9))
 	writeCapped(w, spec.Failure.Message, messageLines)
 	for _, entry := range spec.ReportEntries {
-		if entry.Name == "digest" {
+		if entry.Name == entryName {
 			writeCapped(w, entry.StringRepresentation(), entryLines)
 		}
 	}
