@@ -45,9 +45,12 @@ var _ = Describe("The default PostgreSQL image", func() {
 						{Name: "POSTGRES_PASSWORD", Value: "e2e-secret"},
 						{Name: "POSTGRES_DB", Value: "appdb"},
 					},
+					// Over TCP, not the socket: the entrypoint's initdb phase runs a socket-only
+					// temporary server that a socket probe would call ready (CI saw the login
+					// job refused right after such a false Ready).
 					ReadinessProbe: &corev1.Probe{
 						ProbeHandler: corev1.ProbeHandler{Exec: &corev1.ExecAction{
-							Command: []string{"pg_isready", "-q", "-h", "/var/run/postgresql", "-p", "5432"},
+							Command: []string{"pg_isready", "-q", "-h", "127.0.0.1", "-p", "5432"},
 						}},
 						PeriodSeconds: 2,
 					},
