@@ -1,8 +1,10 @@
 package controller
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -13,6 +15,11 @@ import (
 	pgbuilder "github.com/pgpilot/pgpilot-operator/internal/builder"
 	"github.com/pgpilot/pgpilot-operator/internal/instance/agentapi"
 )
+
+// switchoverCatchUp is how long a demoted primary's WAL may take to reach the target; a clean
+// shutdown waits for the connected standbys, so it takes a second or less but for a target
+// that was not connected then.
+const switchoverCatchUp = 20 * time.Second
 
 // switchoverStep is how soon a running switchover looks again: its steps take seconds, and
 // the cluster has no primary in between.
@@ -55,9 +62,10 @@ func (r *PostgresClusterReconciler) switchover(ctx context.Context, s *scope) (*
 	if s.switchoverLSN == "" {
 		return r.demoteForSwitchover(ctx, s, old)
 	}
-	if targetReport == nil || !replayedPast(targetReport, s.switchoverLSN) {
-		return switchingOver(fmt.Sprintf("waiting for %s to replay the WAL of %s up to %s", target, old, s.switchoverLSN)), nil
+	if st := r.awaitCatchUp(s, old); st != nil {
+		return st, nil
 	}
+	target = s.targetPrimary
 	pod := s.observed.pod(target)
 	if pod == nil {
 		return switchingOver(fmt.Sprintf("waiting for the pod of %s", target)), nil
@@ -125,6 +133,57 @@ func (r *PostgresClusterReconciler) demoteForSwitchover(ctx context.Context, s *
 	r.event(s.cluster, pod, corev1.EventTypeNormal, "Demoted", "Switchover",
 		"%s shut down (clean: %t) with its WAL ending at %s, and follows as a standby", old, demoted.Clean, demoted.ShutdownLSN)
 	return switchingOver(fmt.Sprintf("%s demoted; waiting for %s to replay up to %s", old, s.targetPrimary, demoted.ShutdownLSN)), nil
+}
+
+// awaitCatchUp holds the promotion until the target has replayed the old primary's WAL to its
+// end. A target that missed that end (its WAL receiver reconnecting while the primary was
+// fenced, when nothing serves that WAL) would hold it forever: after switchoverCatchUp, an
+// instance that has all of it becomes the target instead.
+func (r *PostgresClusterReconciler) awaitCatchUp(s *scope, old string) *stop {
+	target := s.targetPrimary
+	if report := s.observed.reports[target]; report != nil && replayedPast(report, s.switchoverLSN) {
+		return nil
+	}
+	waiting := fmt.Sprintf("waiting for %s to replay the WAL of %s up to %s", target, old, s.switchoverLSN)
+	if started := s.cluster.Status.TargetPrimaryTimestamp; started != nil && time.Since(started.Time) < switchoverCatchUp {
+		return switchingOver(waiting)
+	}
+	instead := switchoverFallback(s.observed, old, target, s.switchoverLSN)
+	if instead == "" {
+		return switchingOver(fmt.Sprintf("%s; no instance has replayed that far for %s", waiting, switchoverCatchUp))
+	}
+	s.targetPrimary = instead
+	r.event(s.cluster, s.observed.pod(instead), corev1.EventTypeWarning, "SwitchoverRetargeted", "Switchover",
+		"%s did not replay the WAL of %s up to %s within %s; promoting %s, which did", target, old, s.switchoverLSN, switchoverCatchUp, instead)
+	return nil
+}
+
+// switchoverFallback is the instance to promote instead of a target that missed the end of the
+// old primary's WAL: one that replayed up to lsn, a replica (the furthest) before the old
+// primary, so that the primary moves as asked. "" when none has.
+func switchoverFallback(o *observed, old, target, lsn string) string {
+	var candidates []string
+	for name, report := range o.reports {
+		pod := o.pod(name)
+		if name != target && report.Role == agentapi.RoleReplica && pod != nil && pod.DeletionTimestamp.IsZero() && replayedPast(report, lsn) {
+			candidates = append(candidates, name)
+		}
+	}
+	if len(candidates) == 0 {
+		return ""
+	}
+	rank := func(name string) (isOld int, replayed uint64) {
+		if name == old {
+			isOld = 1
+		}
+		replayed, _ = parseLSN(o.reports[name].ReplayLSN)
+		return isOld, replayed
+	}
+	return slices.MinFunc(candidates, func(a, b string) int {
+		aOld, aReplayed := rank(a)
+		bOld, bReplayed := rank(b)
+		return cmp.Or(cmp.Compare(aOld, bOld), cmp.Compare(bReplayed, aReplayed), compareNames(a, b))
+	})
 }
 
 func switchingOver(message string) *stop {

@@ -4,10 +4,12 @@ import (
 	"context"
 	"slices"
 	"testing"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	pgv1 "github.com/pgpilot/pgpilot-operator/api/v1alpha1"
@@ -25,32 +27,60 @@ func leaseHolderIn(t *testing.T, c client.Reader, cluster *pgv1.PostgresCluster)
 	return leaseHolder(lease)
 }
 
-// A switchover moves on one step per reconcile, from what was observed and what the status
-// recorded. The pods carry no primary label here, as after the fence, so no API write is due.
-func TestSwitchoverSteps(t *testing.T) {
-	cluster := testCluster(2)
+// switchoverTest is a cluster of db-0 (the primary) and replicas, annotated for a switchover
+// to db-1, with fake agents and the primary Lease. Its reconcile runs the switchover stage
+// once over ready pods and the agents' reports, and keeps in the cluster's status what the
+// status write would, for the next reconcile.
+type switchoverTest struct {
+	cluster *pgv1.PostgresCluster
+	agents  *fakeAgents
+	leases  client.Client
+	r       *PostgresClusterReconciler
+	pods    []corev1.Pod
+}
+
+func newSwitchoverTest(instances int32) *switchoverTest {
+	cluster := testCluster(instances)
 	r, agents, leases := reconcilerWithLease(cluster)
 	cluster.Annotations = map[string]string{pgv1.SwitchoverAnnotation: "db-1"}
 	cluster.Status.CurrentPrimary = "db-0"
-	pods := []corev1.Pod{testPod("db-0", pgbuilder.RoleReplica, true), testPod("db-1", pgbuilder.RoleReplica, true)}
-	reconcile := func(reports map[string]*agentapi.Status) *stop {
-		t.Helper()
-		s := newScope(cluster)
-		s.statefulSet = &appsv1.StatefulSet{Status: appsv1.StatefulSetStatus{Replicas: 2, ReadyReplicas: 2}}
-		s.observed = &observed{pods: pods, reports: reports}
-		st, err := r.switchover(context.Background(), s)
-		if err != nil {
-			t.Fatal(err)
-		}
-		// What the status write would keep for the next reconcile.
-		cluster.Status.TargetPrimary, cluster.Status.SwitchoverLSN = s.targetPrimary, s.switchoverLSN
-		cluster.Status.SwitchoverRequest = s.switchoverRequest
-		return st
+	var pods []corev1.Pod
+	for i := range int(instances) {
+		pods = append(pods, testPod(pgbuilder.InstancePodName(cluster, i), pgbuilder.RoleReplica, true))
 	}
+	return &switchoverTest{cluster: cluster, agents: agents, leases: leases, r: r, pods: pods}
+}
+
+func (st *switchoverTest) reconcile(t *testing.T, reports map[string]*agentapi.Status) *stop {
+	t.Helper()
+	cluster := st.cluster
+	s := newScope(cluster)
+	s.statefulSet = &appsv1.StatefulSet{Status: appsv1.StatefulSetStatus{Replicas: cluster.Spec.Instances, ReadyReplicas: cluster.Spec.Instances}}
+	s.observed = &observed{pods: st.pods, reports: reports}
+	result, err := st.r.switchover(context.Background(), s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.targetPrimary != cluster.Status.TargetPrimary {
+		cluster.Status.TargetPrimaryTimestamp = &metav1.Time{Time: time.Now()}
+	}
+	cluster.Status.TargetPrimary, cluster.Status.SwitchoverLSN = s.targetPrimary, s.switchoverLSN
+	cluster.Status.SwitchoverRequest = s.switchoverRequest
+	return result
+}
+
+func streamingReplica(replayed string) *agentapi.Status {
+	return &agentapi.Status{Role: agentapi.RoleReplica, Streaming: true, ReplayLSN: replayed, Timeline: 1}
+}
+
+// A switchover moves on one step per reconcile, from what was observed and what the status
+// recorded. The pods carry no primary label here, as after the fence, so no API write is due.
+func TestSwitchoverSteps(t *testing.T) {
+	st := newSwitchoverTest(2)
+	cluster, agents, leases := st.cluster, st.agents, st.leases
+	reconcile := func(reports map[string]*agentapi.Status) *stop { t.Helper(); return st.reconcile(t, reports) }
 	primary := &agentapi.Status{Role: agentapi.RolePrimary, Timeline: 1}
-	replica := func(replayed string) *agentapi.Status {
-		return &agentapi.Status{Role: agentapi.RoleReplica, Streaming: true, ReplayLSN: replayed, Timeline: 1}
-	}
+	replica := streamingReplica
 
 	if st := reconcile(map[string]*agentapi.Status{"db-0": primary, "db-1": {Role: agentapi.RoleReplica}}); st == nil || st.reason != "SwitchoverWaiting" {
 		t.Fatalf("a target that does not stream: %+v, want SwitchoverWaiting", st)
@@ -108,6 +138,67 @@ func TestSwitchoverSteps(t *testing.T) {
 	cluster.Annotations = map[string]string{pgv1.SwitchoverAnnotation: "db-7"}
 	if st := reconcile(map[string]*agentapi.Status{"db-0": demoted, "db-1": primary}); st == nil || st.reason != "SwitchoverTargetUnknown" || !st.failed {
 		t.Errorf("unknown target: %+v", st)
+	}
+}
+
+// A target that missed the end of the old primary's WAL (its WAL receiver reconnecting when
+// the primary was fenced: nothing serves that WAL to it) must not leave the cluster without a
+// primary: after switchoverCatchUp the instance that has it all is promoted instead, another
+// replica before the old primary.
+func TestSwitchoverPromotesAnInstanceWithAllTheWALWhenTheTargetMissedTheEnd(t *testing.T) {
+	st := newSwitchoverTest(3)
+	cluster, agents, leases := st.cluster, st.agents, st.leases
+	reconcile := func(reports map[string]*agentapi.Status) *stop { t.Helper(); return st.reconcile(t, reports) }
+	replica := streamingReplica
+	primary := &agentapi.Status{Role: agentapi.RolePrimary, Timeline: 1}
+	reconcile(map[string]*agentapi.Status{"db-0": primary, "db-1": replica("0/3000000"), "db-2": replica("0/3000000")})
+	reconcile(map[string]*agentapi.Status{"db-0": primary, "db-1": replica("0/3000000"), "db-2": replica("0/3000000")})
+	if cluster.Status.SwitchoverLSN != "0/3000100" {
+		t.Fatalf("not demoted: %+v", cluster.Status)
+	}
+	missed := map[string]*agentapi.Status{"db-0": replica("0/3000108"), "db-1": &agentapi.Status{Role: agentapi.RoleReplica, ReplayLSN: "0/3000000", Timeline: 1},
+		"db-2": replica("0/3000108")}
+	if st := reconcile(missed); len(agents.promoted) != 0 || st == nil || st.reason != "SwitchingOver" {
+		t.Fatalf("gave up on the target at once: promoted %v, %+v", agents.promoted, st)
+	}
+
+	cluster.Status.TargetPrimaryTimestamp = &metav1.Time{Time: time.Now().Add(-switchoverCatchUp - time.Second)}
+	reconcile(missed)
+	if !slices.Equal(agents.promoted, []string{"db-2"}) || cluster.Status.TargetPrimary != "db-2" {
+		t.Fatalf("after %s: promoted %v, target %q; want db-2, which replayed all of db-0's WAL", switchoverCatchUp, agents.promoted, cluster.Status.TargetPrimary)
+	}
+	if holder := leaseHolderIn(t, leases, cluster); holder != "db-2" {
+		t.Fatalf("db-2 promoted while the lease names %q", holder)
+	}
+	if !slices.Equal(agents.promotedSlots, []string{"db_0", "db_1"}) {
+		t.Errorf("slots for the followers: %v", agents.promotedSlots)
+	}
+}
+
+// Only an instance that replayed the old primary's WAL to its end may be promoted instead: the
+// old primary itself when no replica has, and none, waiting, when not even it has.
+func TestSwitchoverFallback(t *testing.T) {
+	replica := func(replayed string) *agentapi.Status {
+		return &agentapi.Status{Role: agentapi.RoleReplica, ReplayLSN: replayed}
+	}
+	for _, tc := range []struct {
+		name    string
+		reports map[string]*agentapi.Status
+		want    string
+	}{
+		{"another replica first", map[string]*agentapi.Status{"db-0": replica("0/3000108"), "db-1": replica("0/30000F0"), "db-2": replica("0/3000108")}, "db-2"},
+		{"the furthest replica", map[string]*agentapi.Status{"db-0": replica("0/3000108"), "db-1": replica("0/30000F0"), "db-2": replica("0/3000108"), "db-3": replica("0/3000200")}, "db-3"},
+		{"the old primary when no replica has it all", map[string]*agentapi.Status{"db-0": replica("0/3000108"), "db-1": replica("0/30000F0"), "db-2": replica("0/3000000")}, "db-0"},
+		{"none when not even the old primary has", map[string]*agentapi.Status{"db-0": replica("0/3000000"), "db-1": replica("0/30000F0")}, ""},
+		{"never a primary", map[string]*agentapi.Status{"db-0": replica("0/3000000"), "db-2": {Role: agentapi.RolePrimary, ReplayLSN: "0/3000200"}}, ""},
+	} {
+		o := &observed{reports: tc.reports}
+		for name := range tc.reports {
+			o.pods = append(o.pods, testPod(name, pgbuilder.RoleReplica, true))
+		}
+		if got := switchoverFallback(o, "db-0", "db-1", "0/3000100"); got != tc.want {
+			t.Errorf("%s: %q, want %q", tc.name, got, tc.want)
+		}
 	}
 }
 

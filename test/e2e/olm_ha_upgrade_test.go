@@ -102,6 +102,7 @@ var _ = Describe("OLM upgrade of a highly available cluster", Ordered, Label(olm
 		reasons := clusterEventReasons(ctx, cluster, start)
 		Expect(reasons).To(ContainElements("InstanceUpdating", "SwitchoverStarted", "SwitchoverCompleted"))
 		Expect(reasons).NotTo(ContainElement("FailoverStarted"), "the upgrade caused a failover")
+		Expect(reasons).NotTo(ContainElement("SwitchoverRetargeted"), "the switchover's target missed the end of the old primary's WAL")
 		Expect(slices.DeleteFunc(slices.Clone(reasons), func(r string) bool { return r != "InstanceUpdating" })).To(HaveLen(3))
 		expectReplication(ctx, cluster, 3)
 	})

@@ -8,29 +8,35 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pgpilot/pgpilot-operator/internal/instance/agent"
 	"github.com/pgpilot/pgpilot-operator/internal/instance/agentapi"
 	"github.com/pgpilot/pgpilot-operator/internal/instance/pgtest"
 	"github.com/pgpilot/pgpilot-operator/internal/instance/postgres"
 )
 
-// Secrets are the truth for role passwords: new credential files (what the kubelet writes
-// when a Secret changes) reach PostgreSQL without a restart, on the primary and the standby.
-func TestCredentialsRotateWithoutRestart(t *testing.T) {
-	leases := pgtest.NewMemoryLeases("db-0")
-	ctx := context.Background()
+// primaryAndStandby runs db-0's agent, the primary, and db-1's, a standby that clones it and
+// streams from it directly, and waits until db-1 streams.
+func primaryAndStandby(t *testing.T) (leases *pgtest.MemoryLeases, primary, standby *pgtest.RunningAgent) {
+	leases = pgtest.NewMemoryLeases("db-0")
 	primaryInst, standbyInst := pgtest.NewInstance(t, "db-0"), pgtest.NewInstance(t, "db-1")
-	primaryCfg := agentConfig(t, "db-0", primaryInst, primaryInst.Port)
-	standbyCfg := agentConfig(t, "db-1", standbyInst, primaryInst.Port)
-	primary := pgtest.StartAgent(t, primaryCfg, primaryInst, leases)
-	standby := pgtest.StartAgent(t, standbyCfg, standbyInst, leases)
-	streaming := func() error {
+	primary = pgtest.StartAgent(t, agentConfig(t, "db-0", primaryInst, primaryInst.Port), primaryInst, leases)
+	standby = pgtest.StartAgent(t, agentConfig(t, "db-1", standbyInst, primaryInst.Port), standbyInst, leases)
+	pgtest.Eventually(t, "standby streaming", func() error { // its clone's WAL stream counts on the primary, too
 		s, err := status(standby)
 		if err == nil && !s.Streaming {
 			err = fmt.Errorf("standby not streaming: %+v", s)
 		}
 		return err
-	}
-	pgtest.Eventually(t, "standby streaming", streaming)
+	})
+	return leases, primary, standby
+}
+
+// Secrets are the truth for role passwords: new credential files (what the kubelet writes
+// when a Secret changes) reach PostgreSQL without a restart, on the primary and the standby.
+func TestCredentialsRotateWithoutRestart(t *testing.T) {
+	ctx := context.Background()
+	_, primary, standby := primaryAndStandby(t)
+	primaryInst, standbyInst, primaryCfg, standbyCfg := primary.Instance, standby.Instance, primary.Config, standby.Config
 
 	rotated := agentapi.Credentials{
 		SuperuserPassword: "new super", ReplicationPassword: `it's a \ new one`,
@@ -101,4 +107,39 @@ func TestCredentialsRotateWithoutRestart(t *testing.T) {
 	if err := login("app", rotated.AppPassword); err != nil {
 		t.Errorf("an empty app-password file changed the app password: %v", err)
 	}
+}
+
+// A standby starts streaming with the credentials it has now, not with the connection string
+// its data directory kept (from before a rotation, or from an older release without client
+// certificates): correcting it afterwards restarts the WAL receiver, and a WAL receiver that
+// reconnects while the primary is fenced for a switchover misses the end of its WAL. The
+// agent here never applies credentials on its own (ConfigInterval of an hour), so only the
+// start can have used the new password.
+func TestStandbyStartsWithTheCurrentConnection(t *testing.T) {
+	ctx := context.Background()
+	leases, primary, standby := primaryAndStandby(t)
+	primaryInst, standbyInst, primaryCfg, standbyCfg := primary.Instance, standby.Instance, primary.Config, standby.Config
+	if err := standby.Stop(); err != nil {
+		t.Fatal(err)
+	}
+
+	rotated := credentials
+	rotated.ReplicationPassword = "rotated while the standby was down"
+	pgtest.SetCredentials(t, primaryCfg, rotated)
+	pgtest.SetCredentials(t, standbyCfg, rotated)
+	pgtest.Eventually(t, "the primary has the new replication password", func() error {
+		conn, err := postgres.Connect(ctx, primaryInst.Port, standbyCfg.ReplicationUser, rotated.ReplicationPassword, "postgres")
+		if err == nil {
+			_ = conn.Close(ctx)
+		}
+		return err
+	})
+	restarted := pgtest.StartAgent(t, standbyCfg, standbyInst, leases, func(o *agent.Options) { o.ConfigInterval = time.Hour })
+	pgtest.Eventually(t, "the restarted standby streams with the new password", func() error {
+		s, err := status(restarted)
+		if err == nil && !s.Streaming {
+			err = fmt.Errorf("standby not streaming: %+v", s)
+		}
+		return err
+	})
 }

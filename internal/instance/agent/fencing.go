@@ -197,6 +197,12 @@ func (a *Agent) startAsLeaseSays(ctx context.Context, l Lease) error {
 		return nil
 	}
 	if a.Instance.IsStandby() {
+		// With the connection of now: a connection string kept from before a rotation (or
+		// from an older release) would be corrected a tick later, restarting the WAL receiver,
+		// and one restarting while the primary is fenced misses the end of its WAL.
+		if err := a.Instance.ConfigureStandby(a.primaryConnInfo(a.credentials()), agentapi.SlotName(a.Config.PodName)); err != nil {
+			return err
+		}
 		return a.Instance.Start()
 	}
 	switch l.Holder {

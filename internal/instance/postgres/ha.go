@@ -11,6 +11,8 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"syscall"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -162,6 +164,12 @@ func (i *Instance) Rewind(ctx context.Context, sourceConnInfo string) (Rewind, e
 func (i *Instance) output(ctx context.Context, binary string, args ...string) ([]byte, error) {
 	cmd := exec.CommandContext(ctx, filepath.Join(i.BinDir, binary), args...)
 	i.prepare(cmd)
+	// pg_basebackup streams WAL from a forked child that holds the output pipe: cancelled, the
+	// whole group goes, or Run would wait for that pipe forever (an agent stopped in a clone
+	// hung so in a test).
+	cmd.SysProcAttr.Setpgid = true
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	cmd.WaitDelay = 5 * time.Second
 	var buf bytes.Buffer
 	cmd.Stdout = &buf
 	cmd.Stderr = &buf
