@@ -96,6 +96,57 @@ var _ = Describe("Streaming replication", Ordered, func() {
 		expectReplication(ctx, cluster, current.Spec.Instances)
 	})
 
+	// A target that does not replay the old primary's WAL to its end (here paused; in CI run 18
+	// a WAL receiver that reconnected while the primary was fenced) must not leave the cluster
+	// without a primary: after 20 s an instance that has all of it is promoted instead. With the
+	// two instances left by the scaling spec, that is the old primary itself, promoted back.
+	It("promotes an instance with all the WAL when the switchover's target does not replay it, losing no acknowledged write", func(ctx SpecContext) {
+		current := getCluster(ctx, cluster)
+		old, timeline := current.Status.CurrentPrimary, current.Status.Timeline
+		target := ""
+		for _, st := range current.Status.InstancesStatus {
+			if st.Name != old {
+				target = st.Name
+			}
+		}
+		AddReportEntry("switchover target whose replay is paused", fmt.Sprintf("%s → %s", old, target))
+		targetSQL := instanceConnInfo(ctx, cluster, target, "superuser", "postgres")
+		Expect(queryOne(ctx, targetSQL, "SELECT 'paused' FROM pg_wal_replay_pause()")).To(Equal("paused"))
+		resumed := false
+		DeferCleanup(func(ctx SpecContext) {
+			if !resumed {
+				_, _ = queryOne(ctx, targetSQL, "SELECT 'resumed' FROM pg_wal_replay_resume()")
+			}
+		})
+		checker := startWriteChecker(ctx, cluster)
+		time.Sleep(2 * time.Second)
+		start := time.Now()
+		Expect(retryUpdate(ctx, current, func() {
+			current.Annotations = map[string]string{pgv1.SwitchoverAnnotation: target}
+		})).To(Succeed())
+		Eventually(func() []string {
+			return clusterEventReasons(ctx, cluster, start)
+		}).WithTimeout(2 * time.Minute).Should(ContainElements("Demoted", "SwitchoverRetargeted", "SwitchoverCompleted"))
+		AddReportEntry("switchover to a target that does not replay: another instance promoted", time.Since(start).Round(100*time.Millisecond).String())
+		Expect(queryOne(ctx, targetSQL, "SELECT 'resumed' FROM pg_wal_replay_resume()")).To(Equal("resumed"))
+		resumed = true
+		Eventually(func(g Gomega) {
+			g.Expect(k8s.Get(ctx, client.ObjectKeyFromObject(cluster), current)).To(Succeed())
+			g.Expect(current.Status.CurrentPrimary).NotTo(Equal(target))
+			g.Expect(current.Status.Timeline).To(BeNumerically(">", timeline))
+			expectSettled(g, current)
+		}).WithTimeout(2 * time.Minute).WithPolling(time.Second).Should(Succeed())
+		checker.finish(ctx, "switchover to a target that does not replay")
+		expectReplication(ctx, cluster, current.Spec.Instances)
+		Expect(clusterEventReasons(ctx, cluster, start)).NotTo(ContainElement("FailoverStarted"))
+		countRows := "SELECT count(*)::text FROM " + checker.table
+		onPrimary, err := queryOne(ctx, rwConnInfo(ctx, cluster, "superuser", "app"), countRows)
+		Expect(err).NotTo(HaveOccurred())
+		Eventually(func() (string, error) {
+			return queryOne(ctx, instanceConnInfo(ctx, cluster, target, "superuser", "app"), countRows)
+		}).WithTimeout(time.Minute).Should(Equal(onPrimary), "the write checker's rows on %s, which fell behind", target)
+	})
+
 	It("applies a parameter change and reports it", func(ctx SpecContext) {
 		changed := cluster.DeepCopy()
 		Expect(retryUpdate(ctx, changed, func() {

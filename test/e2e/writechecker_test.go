@@ -125,9 +125,20 @@ func (r writeReport) String() string {
 func rwConnInfo(ctx context.Context, cluster *pgv1.PostgresCluster, login, database string) string {
 	svc := &corev1.Service{}
 	Expect(k8s.Get(ctx, client.ObjectKey{Namespace: cluster.Namespace, Name: cluster.Name + "-rw"}, svc)).To(Succeed())
+	return connInfoAt(ctx, cluster, svc.Spec.ClusterIP, login, database)
+}
+
+// instanceConnInfo reaches one instance by its pod's IP.
+func instanceConnInfo(ctx context.Context, cluster *pgv1.PostgresCluster, instance, login, database string) string {
+	pod := &corev1.Pod{}
+	Expect(k8s.Get(ctx, client.ObjectKey{Namespace: cluster.Namespace, Name: instance}, pod)).To(Succeed())
+	return connInfoAt(ctx, cluster, pod.Status.PodIP, login, database)
+}
+
+func connInfoAt(ctx context.Context, cluster *pgv1.PostgresCluster, host, login, database string) string {
 	secret := &corev1.Secret{}
 	Expect(k8s.Get(ctx, client.ObjectKey{Namespace: cluster.Namespace, Name: cluster.Name + "-" + login}, secret)).To(Succeed())
-	return postgres.ConnInfo("host", svc.Spec.ClusterIP, "port", "5432", "dbname", database,
+	return postgres.ConnInfo("host", host, "port", "5432", "dbname", database,
 		"user", string(secret.Data[corev1.BasicAuthUsernameKey]), "password", string(secret.Data[corev1.BasicAuthPasswordKey]),
 		"connect_timeout", "2")
 }
