@@ -126,7 +126,8 @@ func operatorLogLines(ctx context.Context) ([]string, error) {
 }
 
 // shortLogLine drops from a JSON log line what the digest already says (controller, object,
-// namespace, reconcile ID), keeping the time, level, message and the rest in key order.
+// namespace, reconcile ID), keeping the time, level, message and the rest in key order. The
+// key name stays: a line about an owned object names it second, and the last one read wins.
 func shortLogLine(line string) string {
 	var fields map[string]any
 	if json.Unmarshal([]byte(line), &fields) != nil {
@@ -136,7 +137,7 @@ func shortLogLine(line string) string {
 	for _, key := range slices.Sorted(maps.Keys(fields)) {
 		switch key {
 		case "ts", "level", "msg", "controller", "controllerGroup", "controllerKind", "PostgresCluster",
-			"namespace", "name", "reconcileID":
+			"namespace", "reconcileID":
 			continue
 		}
 		value, _ := json.Marshal(fields[key])
