@@ -103,19 +103,25 @@ func eventReasons(c *pgv1.PostgresCluster) []string {
 	return reasons
 }
 
-// markPodReady does what a kubelet would: the pod runs and passes its readiness probe.
+// markPodReady does what a kubelet would: the pod runs and passes its readiness probe. Like a
+// kubelet it retries on a conflict: the operator labels the pod meanwhile (CI run 20 saw one).
 func markPodReady(namespace, name string) {
 	pod := &corev1.Pod{}
 	Eventually(func() error {
 		return k8sClient.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, pod)
 	}).Should(Succeed())
-	now := metav1.Now()
-	pod.Status.Phase = corev1.PodRunning
-	pod.Status.Conditions = []corev1.PodCondition{
-		{Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: now},
-		{Type: corev1.ContainersReady, Status: corev1.ConditionTrue, LastTransitionTime: now},
-	}
-	Expect(k8sClient.Status().Update(ctx, pod)).To(Succeed())
+	Expect(retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if err := k8sClient.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, pod); err != nil {
+			return err
+		}
+		now := metav1.Now()
+		pod.Status.Phase = corev1.PodRunning
+		pod.Status.Conditions = []corev1.PodCondition{
+			{Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: now},
+			{Type: corev1.ContainersReady, Status: corev1.ConditionTrue, LastTransitionTime: now},
+		}
+		return k8sClient.Status().Update(ctx, pod)
+	})).To(Succeed())
 }
 
 func condition(c *pgv1.PostgresCluster, conditionType string) *metav1.Condition {

@@ -160,9 +160,9 @@ var _ = Describe("Instances with real agents", func() {
 		}
 		_ = app.Close(ctx)
 
-		c := fetch(cluster)
-		c.Annotations = map[string]string{pgv1.SwitchoverAnnotation: "db-1"}
-		Expect(k8sClient.Update(ctx, c)).To(Succeed())
+		updateCluster(cluster, func(c *pgv1.PostgresCluster) {
+			c.Annotations = map[string]string{pgv1.SwitchoverAnnotation: "db-1"}
+		})
 		Eventually(func(g Gomega) {
 			got := fetch(cluster)
 			g.Expect(got.Status.CurrentPrimary).To(Equal("db-1"))
