@@ -23,20 +23,35 @@ func endpointOf(a *pgtest.RunningAgent) agentapi.Endpoint {
 // startPair runs db-0 (primary) and db-1 (its standby, streaming through the rw proxy) over one
 // Lease naming db-0.
 func startPair(t *testing.T) (primary, standby *pgtest.RunningAgent, rw *pgtest.ServiceProxy, leases *pgtest.MemoryLeases) {
-	leases = pgtest.NewMemoryLeases("db-0")
-	rw = pgtest.NewServiceProxy(t)
-	primaryInst, standbyInst := pgtest.NewInstance(t, "db-0"), pgtest.NewInstance(t, "db-1")
-	rw.SetTarget(primaryInst.Port)
-	primary = pgtest.StartAgent(t, agentConfig(t, "db-0", primaryInst, rw.Port), primaryInst, leases)
-	standby = pgtest.StartAgent(t, agentConfig(t, "db-1", standbyInst, rw.Port), standbyInst, leases)
-	pgtest.Eventually(t, "db-1 streams", func() error {
-		s, err := status(standby)
-		if err == nil && !s.Streaming {
-			err = fmt.Errorf("db-1 %+v", s)
+	leases, rw, instances := agentsBehindRW(t, "db-0", "db-1")
+	return instances["db-0"], instances["db-1"], rw, leases
+}
+
+// agentsBehindRW runs an agent for each pod over one Lease naming the first, the primary,
+// behind a proxy that plays the -rw Service (the others clone and stream through it), and
+// waits until the others stream.
+func agentsBehindRW(t *testing.T, pods ...string) (*pgtest.MemoryLeases, *pgtest.ServiceProxy, map[string]*pgtest.RunningAgent) {
+	t.Helper()
+	leases := pgtest.NewMemoryLeases(pods[0])
+	rw := pgtest.NewServiceProxy(t)
+	instances := map[string]*pgtest.RunningAgent{}
+	for i, pod := range pods {
+		inst := pgtest.NewInstance(t, pod)
+		if i == 0 {
+			rw.SetTarget(inst.Port)
 		}
-		return err
-	})
-	return primary, standby, rw, leases
+		instances[pod] = pgtest.StartAgent(t, agentConfig(t, pod, inst, rw.Port), inst, leases)
+	}
+	for _, pod := range pods[1:] {
+		pgtest.Eventually(t, pod+" streams", func() error {
+			s, err := status(instances[pod])
+			if err == nil && !s.Streaming {
+				err = fmt.Errorf("%s %+v", pod, s)
+			}
+			return err
+		})
+	}
+	return leases, rw, instances
 }
 
 func insertRows(t *testing.T, a *pgtest.RunningAgent, from, to int) {

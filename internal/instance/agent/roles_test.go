@@ -3,10 +3,7 @@ package agent_test
 import (
 	"context"
 	"fmt"
-	"strings"
 	"testing"
-
-	"github.com/jackc/pgx/v5"
 
 	"github.com/pgpilot/pgpilot-operator/internal/instance/agentapi"
 	"github.com/pgpilot/pgpilot-operator/internal/instance/pgtest"
@@ -17,38 +14,13 @@ import (
 // replay past the shutdown checkpoint, promote it, move the Service. No acknowledged commit is
 // lost, and the old primary follows the new one on the next timeline.
 func TestSwitchoverThroughTheAgents(t *testing.T) {
-	leases := pgtest.NewMemoryLeases("db-0")
 	ctx := context.Background()
-	rw := pgtest.NewServiceProxy(t)
-	instances := map[string]*pgtest.RunningAgent{}
-	for _, pod := range []string{"db-0", "db-1"} {
-		inst := pgtest.NewInstance(t, pod)
-		if pod == "db-0" {
-			rw.SetTarget(inst.Port)
-		}
-		instances[pod] = pgtest.StartAgent(t, agentConfig(t, pod, inst, rw.Port), inst, leases)
-	}
-	oldPrimary, target := instances["db-0"], instances["db-1"]
+	oldPrimary, target, rw, leases := startPair(t)
 	client := agentapi.HTTPClient{}
-	endpoint := func(a *pgtest.RunningAgent) agentapi.Endpoint {
-		return agentapi.Endpoint{Address: strings.TrimPrefix(a.URL, "http://"), Token: token}
-	}
-	pgtest.Eventually(t, "db-1 streams", func() error {
-		s, err := client.Status(ctx, endpoint(target))
-		if err == nil && !s.Streaming {
-			err = fmt.Errorf("db-1 %+v", s)
-		}
-		return err
-	})
-	app := pgtest.Connect(t, oldPrimary.Instance, "app", credentials.AppPassword, "app")
-	for i := range 100 {
-		if _, err := app.Exec(ctx, fmt.Sprintf("CREATE TABLE IF NOT EXISTS t (v int); INSERT INTO t VALUES (%d)", i)); err != nil {
-			t.Fatal(err)
-		}
-	}
+	insertRows(t, oldPrimary, 0, 100)
 
 	rw.SetTarget(0) // fenced: the Service has no endpoint while the roles change
-	demoted, err := client.Demote(ctx, endpoint(oldPrimary))
+	demoted, err := client.Demote(ctx, endpointOf(oldPrimary))
 	if err != nil || !demoted.Clean {
 		t.Fatalf("demote: %+v, %v", demoted, err)
 	}
@@ -61,11 +33,11 @@ func TestSwitchoverThroughTheAgents(t *testing.T) {
 		}
 		return err
 	})
-	if _, err := client.Promote(ctx, endpoint(target), nil); err == nil {
+	if _, err := client.Promote(ctx, endpointOf(target), nil); err == nil {
 		t.Fatal("promoted without the primary lease")
 	}
 	leases.Grant("db-1")
-	promoted, err := client.Promote(ctx, endpoint(target), []string{agentapi.SlotName("db-0")})
+	promoted, err := client.Promote(ctx, endpointOf(target), []string{agentapi.SlotName("db-0")})
 	if err != nil || promoted.Timeline != 2 {
 		t.Fatalf("promote: %+v, %v", promoted, err)
 	}
@@ -80,7 +52,7 @@ func TestSwitchoverThroughTheAgents(t *testing.T) {
 		t.Fatal(err)
 	}
 	pgtest.Eventually(t, "the old primary follows on timeline 2 and has the new row", func() error {
-		s, err := client.Status(ctx, endpoint(oldPrimary))
+		s, err := client.Status(ctx, endpointOf(oldPrimary))
 		if err != nil {
 			return err
 		}
@@ -93,7 +65,7 @@ func TestSwitchoverThroughTheAgents(t *testing.T) {
 		}
 		return nil
 	})
-	if _, err := client.Demote(ctx, endpoint(oldPrimary)); err == nil {
+	if _, err := client.Demote(ctx, endpointOf(oldPrimary)); err == nil {
 		t.Error("a standby accepted a demotion")
 	}
 }
@@ -104,57 +76,30 @@ func TestSwitchoverThroughTheAgents(t *testing.T) {
 // of it, the demoted primary can be promoted back, and the standby that fell behind follows it
 // onto the new timeline with every row.
 func TestDemotedPrimaryCanBePromotedBackWhenTheTargetMissedItsLastWAL(t *testing.T) {
-	leases := pgtest.NewMemoryLeases("db-0")
 	ctx := context.Background()
-	rw := pgtest.NewServiceProxy(t)
-	instances := map[string]*pgtest.RunningAgent{}
-	for _, pod := range []string{"db-0", "db-1", "db-2"} {
-		inst := pgtest.NewInstance(t, pod)
-		if pod == "db-0" {
-			rw.SetTarget(inst.Port)
-		}
-		instances[pod] = pgtest.StartAgent(t, agentConfig(t, pod, inst, rw.Port), inst, leases)
-	}
+	_, rw, instances := agentsBehindRW(t, "db-0", "db-1", "db-2")
+	oldPrimary := instances["db-0"]
 	client := agentapi.HTTPClient{}
-	endpoint := func(pod string) agentapi.Endpoint {
-		return agentapi.Endpoint{Address: strings.TrimPrefix(instances[pod].URL, "http://"), Token: token}
-	}
-	for _, pod := range []string{"db-1", "db-2"} {
-		pgtest.Eventually(t, pod+" streams", func() error {
-			s, err := client.Status(ctx, endpoint(pod))
-			if err == nil && !s.Streaming {
-				err = fmt.Errorf("%s %+v", pod, s)
-			}
-			return err
-		})
-	}
-	primarySQL := pgtest.Connect(t, instances["db-0"].Instance, agentapi.Superuser, credentials.SuperuserPassword, "postgres")
-	standbySQL := map[string]*pgx.Conn{}
-	for _, pod := range []string{"db-1", "db-2"} {
-		standbySQL[pod] = pgtest.Connect(t, instances[pod].Instance, agentapi.Superuser, credentials.SuperuserPassword, "postgres")
-	}
-	exec := func(sql string) {
-		t.Helper()
-		if _, err := primarySQL.Exec(ctx, sql); err != nil {
-			t.Fatal(err)
-		}
-	}
-	exec("CREATE TABLE t AS SELECT generate_series(1, 100) AS v")
+	insertRows(t, oldPrimary, 0, 100)
 
 	rw.SetTarget(0)
-	exec("SELECT pg_terminate_backend(pid) FROM pg_stat_replication WHERE application_name = 'db-1'")
-	exec("INSERT INTO t SELECT generate_series(101, 110)")
-	demoted, err := client.Demote(ctx, endpoint("db-0"))
+	primarySQL := pgtest.Connect(t, oldPrimary.Instance, agentapi.Superuser, credentials.SuperuserPassword, "postgres")
+	if _, err := primarySQL.Exec(ctx, "SELECT pg_terminate_backend(pid) FROM pg_stat_replication WHERE application_name = 'db-1'"); err != nil {
+		t.Fatal(err)
+	}
+	insertRows(t, oldPrimary, 100, 110)
+	demoted, err := client.Demote(ctx, endpointOf(oldPrimary))
 	if err != nil || !demoted.Clean {
 		t.Fatalf("demote: %+v, %v", demoted, err)
 	}
+	lsnSQL := pgtest.Connect(t, instances["db-2"].Instance, agentapi.Superuser, credentials.SuperuserPassword, "postgres")
 	replayedAll := func(pod string) (bool, error) {
-		s, err := client.Status(ctx, endpoint(pod))
+		s, err := client.Status(ctx, endpointOf(instances[pod]))
 		if err != nil {
 			return false, err
 		}
 		var past bool
-		err = standbySQL["db-2"].QueryRow(ctx, "SELECT $1::pg_lsn >= $2::pg_lsn", s.ReplayLSN, demoted.ShutdownLSN).Scan(&past)
+		err = lsnSQL.QueryRow(ctx, "SELECT $1::pg_lsn >= $2::pg_lsn", s.ReplayLSN, demoted.ShutdownLSN).Scan(&past)
 		return past, err
 	}
 	for _, pod := range []string{"db-0", "db-2"} {
@@ -169,29 +114,14 @@ func TestDemotedPrimaryCanBePromotedBackWhenTheTargetMissedItsLastWAL(t *testing
 		t.Fatalf("db-1, cut off before the last rows, reports them replayed (%v): the test set nothing up", err)
 	}
 
-	promoted, err := client.Promote(ctx, endpoint("db-0"), []string{agentapi.SlotName("db-1"), agentapi.SlotName("db-2")})
+	promoted, err := client.Promote(ctx, endpointOf(oldPrimary), []string{agentapi.SlotName("db-1"), agentapi.SlotName("db-2")})
 	if err != nil || promoted.Timeline != 2 {
 		t.Fatalf("promote the old primary back: %+v, %v", promoted, err)
 	}
-	rw.SetTarget(instances["db-0"].Instance.Port)
-	app := pgtest.Connect(t, instances["db-0"].Instance, agentapi.Superuser, credentials.SuperuserPassword, "postgres")
-	if _, err := app.Exec(ctx, "INSERT INTO t VALUES (111)"); err != nil {
-		t.Fatal(err)
-	}
+	rw.SetTarget(oldPrimary.Instance.Port)
+	insertRows(t, oldPrimary, 110, 111)
 	for _, pod := range []string{"db-1", "db-2"} {
-		pgtest.Eventually(t, pod+" follows on timeline 2 with all 111 rows", func() error {
-			s, err := client.Status(ctx, endpoint(pod))
-			if err != nil {
-				return err
-			}
-			if s.Role != agentapi.RoleReplica || !s.Streaming || s.Timeline != 2 {
-				return fmt.Errorf("%s %+v", pod, s)
-			}
-			var rows int
-			if err := standbySQL[pod].QueryRow(ctx, "SELECT count(*) FROM t").Scan(&rows); err != nil || rows != 111 {
-				return fmt.Errorf("%s has %d rows (%v)", pod, rows, err)
-			}
-			return nil
-		})
+		awaitRole(t, instances[pod], agentapi.RoleReplica, 2)
+		awaitRows(t, instances[pod], 111)
 	}
 }
