@@ -213,12 +213,8 @@ func (r *BackupReconciler) endpoint(ctx context.Context, cluster *pgv1.PostgresC
 	}
 	e := &agentapi.Endpoint{Address: address, Token: string(secret.Data[corev1.BasicAuthPasswordKey])}
 	if podServesTLS(pod) {
-		ca := &corev1.Secret{}
-		if err := r.Get(ctx, client.ObjectKey{Namespace: cluster.Namespace, Name: pgbuilder.CASecretName(cluster)}, ca); err != nil {
-			return nil, client.IgnoreNotFound(err)
-		}
-		config, err := r.agentTLS.forCluster(cluster, ca)
-		if err != nil {
+		config, err := r.agentTLS.load(ctx, r.Client, cluster)
+		if err != nil || config == nil {
 			return nil, err
 		}
 		e.TLS = config

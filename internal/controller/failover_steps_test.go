@@ -172,3 +172,40 @@ func TestPrimaryReplacedInPlaceHoldsFailover(t *testing.T) {
 		t.Errorf("lease %q, promoted %v", holder, agents.promoted)
 	}
 }
+
+// A frozen primary (its agent answers, its PostgreSQL does not) is failed over like a fenced
+// one, even while the kubelet still finds its pod ready: the operator orders the fence, which
+// kills it, then grants the Lease. It is not taken as "back" while it is frozen.
+func TestFrozenPrimaryIsFencedOnOrderAndFailedOver(t *testing.T) {
+	cluster := testCluster(2)
+	cluster.Status.CurrentPrimary = "db-0"
+	r, agents, leases := reconcilerWithLease(cluster)
+	// Both pods ready; labelled replica already, as after the fence's relabelling (the fake API
+	// holds no pods).
+	pods := []corev1.Pod{testPod("db-0", pgbuilder.RoleReplica, true), testPod("db-1", pgbuilder.RoleReplica, true)}
+	frozen := &agentapi.Status{Role: agentapi.RolePrimary, Unresponsive: "PostgreSQL has not answered the agent's local queries for 6s"}
+	agents.reports["db-0"], agents.reports["db-1"] = frozen, replica("0/3000000", "0/3000000", false)
+	step := func() *stop {
+		t.Helper()
+		s := newScope(cluster)
+		s.observed = &observed{pods: pods, reports: map[string]*agentapi.Status{"db-0": frozen, "db-1": agents.reports["db-1"]},
+			failures: map[string]string{}}
+		st, err := r.failover(context.Background(), s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cluster.Status.TargetPrimary, cluster.Status.FailoverReason = s.targetPrimary, s.failoverReason
+		return st
+	}
+	if st := step(); st == nil || st.reason != "FailingOver" || cluster.Status.TargetPrimary != "db-1" {
+		t.Fatalf("start: %+v, target %q", st, cluster.Status.TargetPrimary)
+	}
+	step()
+	if !slices.Equal(agents.fenced, []string{"db-0"}) || leaseHolderIn(t, leases, cluster) != "db-1" {
+		t.Fatalf("fence orders %v, lease %q; want db-0 fenced on order, then the lease granted to db-1", agents.fenced, leaseHolderIn(t, leases, cluster))
+	}
+	step()
+	if !slices.Equal(agents.promoted, []string{"db-1"}) {
+		t.Fatalf("promoted %v", agents.promoted)
+	}
+}

@@ -70,6 +70,8 @@ func TestPrimaryProblem(t *testing.T) {
 		{"gone", nil, nil, 0, true},
 		{"being deleted", deleting, primary, 0, true},
 		{"fenced", &ready, &agentapi.Status{Fenced: true, FencedReason: "postgres exited"}, 0, true},
+		{"frozen: its agent answers, its PostgreSQL does not", &ready,
+			&agentapi.Status{Role: agentapi.RolePrimary, Unresponsive: "no answer for 5s"}, 0, true},
 		{"running as a standby", &ready, replica("0/1", "0/1", true), 0, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
 	pgv1 "github.com/pgpilot/pgpilot-operator/api/v1alpha1"
 	pgbuilder "github.com/pgpilot/pgpilot-operator/internal/builder"
@@ -277,6 +278,31 @@ func (a *agentTLSConfigs) forCluster(c *pgv1.PostgresCluster, ca *corev1.Secret)
 	}
 	a.byCluster[key] = agentTLSConfig{secretUID: ca.UID, secretVersion: ca.ResourceVersion, config: config}
 	return config, nil
+}
+
+// load is the configuration for c from its CA Secret as cached; nil while there is none yet.
+func (a *agentTLSConfigs) load(ctx context.Context, reader client.Reader, c *pgv1.PostgresCluster) (*tls.Config, error) {
+	ca := &corev1.Secret{}
+	if err := reader.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: pgbuilder.CASecretName(c)}, ca); err != nil {
+		return nil, client.IgnoreNotFound(err)
+	}
+	return a.forCluster(c, ca)
+}
+
+// loadAgentTLS gives the HA lane the operator's client certificate when the children's lane
+// stopped before it loaded it: failover must reach the agents whatever else is wrong. Without
+// one (a new cluster, a damaged CA Secret) the agents that serve TLS are not asked (observe).
+func (r *PostgresClusterReconciler) loadAgentTLS(ctx context.Context, s *scope) (*stop, error) {
+	if s.agentTLS != nil {
+		return nil, nil
+	}
+	config, err := r.agentTLS.load(ctx, r.Client, s.cluster)
+	if err != nil {
+		logf.FromContext(ctx).Info("the operator's client certificate is unusable; agents serving TLS are not asked", "error", err.Error())
+		return nil, nil
+	}
+	s.agentTLS = config
+	return nil, nil
 }
 
 func (a *agentTLSConfigs) forget(key types.NamespacedName) {

@@ -23,7 +23,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
-	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -114,44 +113,6 @@ func (r *PostgresClusterReconciler) notYet() ctrl.Result {
 	return ctrl.Result{RequeueAfter: defaultRequeueInterval}
 }
 
-// stage is one idempotent step of the reconcile. It goes on (nil, nil), stops the chain for a
-// reason (a *stop: waiting or invalid input), or fails (an error, retried with backoff).
-type stage struct {
-	name string
-	run  func(ctx context.Context, s *scope) (*stop, error)
-}
-
-// stages: ensure the children, observe the instances once, then decide from what was observed.
-// The status is written after them, whatever stopped the chain.
-func (r *PostgresClusterReconciler) stages() []stage {
-	return []stage{
-		{"refusals", r.holdAfterRefusal},
-		{"certificates", r.ensureCertificates},
-		{"secrets", r.ensureSecrets},
-		{"appconnection", r.ensureAppConnection},
-		{"backupsecrets", r.checkBackupSecrets},
-		{"unchanged", r.skipUnchangedChildren},
-		{"instanceaccess", unlessUnchanged(r.ensureInstanceAccess)},
-		{"lease", r.ensurePrimaryLease},
-		{"configmap", unlessUnchanged(r.ensureConfigMap)},
-		{"statefulset", unlessUnchanged(r.ensureStatefulSet)},
-		{"services", unlessUnchanged(r.ensureServices)},
-		{"poddisruptionbudget", unlessUnchanged(r.ensurePodDisruptionBudget)},
-		{"monitoring", r.ensureMonitoring},
-		{"remember", r.rememberUnchangedChildren},
-		{"observe", r.observe},
-		{"switchover", r.switchover},
-		{"failover", r.failover},
-		{"rejoins", r.announceRejoins},
-		{"lognotices", r.announceLogNotices},
-		{"primary", r.decidePrimary},
-		{"credentials", r.announceRotation},
-		{"slots", r.dropRemovedSlots},
-		{"update", r.rollOutTemplate},
-		{"restarts", r.restartPending},
-	}
-}
-
 // +kubebuilder:rbac:groups=postgres.pgpilot.io,resources=postgresclusters,verbs=get;list;watch
 // +kubebuilder:rbac:groups=postgres.pgpilot.io,resources=postgresclusters/status,verbs=get;patch
 // +kubebuilder:rbac:groups=postgres.pgpilot.io,resources=postgresclusters/finalizers,verbs=update
@@ -172,7 +133,7 @@ func (r *PostgresClusterReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 	}
 
 	s := newScope(cluster)
-	result, err := r.runStages(ctx, s)
+	result, err := r.runLanes(ctx, s)
 	r.announceWrites(s)
 	stale, statusErr := r.updateStatus(ctx, s, err)
 	if before, after := s.original.ResourceVersion, s.cluster.ResourceVersion; after != before {
@@ -181,10 +142,15 @@ func (r *PostgresClusterReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 	if err = errors.Join(err, statusErr); err != nil {
 		return ctrl.Result{}, err
 	}
-	if result.IsZero() && s.primary != "" {
-		result.RequeueAfter = cmp.Or(r.HealthInterval, defaultHealthInterval)
+	if s.primary != "" {
+		// The HA lane looks at a running cluster this often whatever the children's lane waits
+		// for: a refused child holds its writes for minutes, never the health check.
+		health := cmp.Or(r.HealthInterval, defaultHealthInterval)
 		if s.failure == nil && s.observed.reports != nil && !assessHealth(s).allReady() {
-			result.RequeueAfter = min(result.RequeueAfter, settlingInterval)
+			health = min(health, settlingInterval)
+		}
+		if result.RequeueAfter == 0 || health < result.RequeueAfter {
+			result.RequeueAfter = health
 		}
 	}
 	if due := s.renewAt.Sub(r.now()); !s.renewAt.IsZero() && (result.RequeueAfter == 0 || due < result.RequeueAfter) {
@@ -195,42 +161,6 @@ func (r *PostgresClusterReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 		return ctrl.Result{RequeueAfter: staleRetry}, nil
 	}
 	return result, nil
-}
-
-func (r *PostgresClusterReconciler) runStages(ctx context.Context, s *scope) (ctrl.Result, error) {
-	log := logf.FromContext(ctx)
-	for _, st := range r.stages() {
-		stopped, err := st.run(ctx, s)
-		if refusal := refusalOf(err, r.refusalBackoff()); refusal != nil {
-			stopped, err = refusal, nil
-		}
-		if err != nil {
-			recordStage(st.name, "error")
-			s.failure = &reasonMessage{"ReconcileError", "stage " + st.name + ": " + err.Error()}
-			return ctrl.Result{}, err
-		}
-		if stopped == nil {
-			recordStage(st.name, "ok")
-			continue
-		}
-		if stopped.failed {
-			recordStage(st.name, "invalid")
-			s.failure = &stopped.reasonMessage
-			log.Info("stopped on invalid input", "stage", st.name, "reason", stopped.reason)
-		} else {
-			recordStage(st.name, "waiting")
-			s.waiting = &stopped.reasonMessage
-			log.V(1).Info("waiting", "stage", st.name, "reason", stopped.reason)
-		}
-		if stopped.retry {
-			if stopped.after > 0 {
-				return ctrl.Result{RequeueAfter: stopped.after}, nil
-			}
-			return r.notYet(), nil
-		}
-		return ctrl.Result{}, nil
-	}
-	return ctrl.Result{}, nil
 }
 
 // SetupWithManager watches the cluster (spec changes only: status writes must not trigger

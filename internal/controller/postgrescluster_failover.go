@@ -47,7 +47,7 @@ func (r *PostgresClusterReconciler) failover(ctx context.Context, s *scope) (*st
 		return nil, err
 	}
 	if report, pod := s.observed.reports[current], s.observed.pod(current); leaseHolder(lease) == current &&
-		report != nil && report.Role == agentapi.RolePrimary && pod != nil && podReady(pod) {
+		report != nil && report.Role == agentapi.RolePrimary && report.Unresponsive == "" && pod != nil && podReady(pod) {
 		// Back before the Lease moved (a pod that restarted quickly, a slow answer): nothing
 		// was granted, so the primary stays; decidePrimary labels it again.
 		s.targetPrimary, s.failoverReason = "", ""
@@ -74,7 +74,8 @@ func (r *PostgresClusterReconciler) failover(ctx context.Context, s *scope) (*st
 // a replica can take over.
 func (r *PostgresClusterReconciler) detectFailure(ctx context.Context, s *scope, current string) (*stop, error) {
 	heard := r.leases().heardFrom(s.cluster.UID, current, s.observed.reports[current] != nil)
-	silent := heard && primarySilent(s.observed, current)
+	// Agents not asked (no token or client certificate yet) are not silent: nothing is known.
+	silent := heard && s.observed.reports != nil && primarySilent(s.observed, current)
 	silentFor := r.leases().since(r.leases().silent, s.cluster.UID, silent, time.Now())
 	if unrenewed, seen := r.leases().unchangedFor(s.cluster.UID, time.Now()); silent && seen {
 		silentFor = max(silentFor, unrenewed) // no sign of life either way
@@ -198,6 +199,8 @@ func primaryProblem(o *observed, primary string, silentFor time.Duration) string
 		return fmt.Sprintf("the primary %s is being deleted", primary)
 	case report != nil && report.Fenced:
 		return fmt.Sprintf("the primary %s is fenced: %s", primary, report.FencedReason)
+	case report != nil && report.Unresponsive != "":
+		return fmt.Sprintf("the primary %s is frozen: %s", primary, report.Unresponsive)
 	case report != nil && report.Role != agentapi.RolePrimary:
 		return fmt.Sprintf("the primary %s runs as a %s", primary, report.Role)
 	case report == nil && !podReady(pod):
@@ -233,7 +236,7 @@ func chooseCandidate(o *observed, primary string) string {
 	var candidates []candidate
 	for name, report := range o.reports {
 		pod := o.pod(name)
-		if name == primary || report.Role != agentapi.RoleReplica || pod == nil || !pod.DeletionTimestamp.IsZero() {
+		if name == primary || report.Role != agentapi.RoleReplica || report.Unresponsive != "" || pod == nil || !pod.DeletionTimestamp.IsZero() {
 			continue
 		}
 		received, _ := parseLSN(report.ReceiveLSN)

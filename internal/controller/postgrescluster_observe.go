@@ -50,6 +50,9 @@ func (r *PostgresClusterReconciler) observe(ctx context.Context, s *scope) (*sto
 		return nil, fmt.Errorf("get agent secret: %w", err)
 	}
 	o.token = string(secret.Data[corev1.BasicAuthPasswordKey])
+	if s.agentTLS == nil && slices.ContainsFunc(pods, func(p corev1.Pod) bool { return podServesTLS(&p) }) {
+		return nil, nil // no client certificate to reach them with (loadAgentTLS): not asked
+	}
 	o.reports, o.failures = r.askAgents(ctx, s)
 	return nil, nil
 }

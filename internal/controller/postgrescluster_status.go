@@ -89,6 +89,8 @@ type summary struct {
 	monitoring       monitoringSummary
 	// certificateProblem: spec.certificates' Secrets cannot be used.
 	certificateProblem *reasonMessage
+	// switchoverProblem: the switchover annotation cannot be carried out.
+	switchoverProblem *reasonMessage
 }
 
 func summarize(s *scope) summary {
@@ -112,7 +114,7 @@ func summarize(s *scope) summary {
 	}
 	sum.backupConfigured, sum.backupProblem = s.cluster.Spec.Backup != nil, s.backupProblem
 	sum.monitoring = summarizeMonitoring(s)
-	sum.certificateProblem = s.certificateProblem
+	sum.certificateProblem, sum.switchoverProblem = s.certificateProblem, s.switchoverProblem
 	// Before there is a primary, the instances are still being created: their agents' answers
 	// would only churn the status.
 	if sum.primary != "" {
@@ -221,6 +223,8 @@ func setDegradedCondition(status *pgv1.PostgresClusterStatus, o summary) {
 	case o.primary != "" && !o.primaryReady:
 		c.Status, c.Reason = metav1.ConditionTrue, "PrimaryNotReady"
 		c.Message = fmt.Sprintf("primary %s does not accept connections", o.primary)
+	case o.switchoverProblem != nil:
+		c.Status, c.Reason, c.Message = metav1.ConditionTrue, o.switchoverProblem.reason, o.switchoverProblem.message
 	case o.unschedulable != "":
 		c.Status, c.Reason, c.Message = metav1.ConditionTrue, "InstancesUnschedulable", o.unschedulable
 	case archivingDegraded(status) != nil:
@@ -271,12 +275,13 @@ func setProgressingCondition(status *pgv1.PostgresClusterStatus, o summary) {
 
 func phase(o summary) pgv1.Phase {
 	switch {
-	case o.failure != nil:
-		return pgv1.PhaseDegraded
+	// What the HA lane does first: it goes on whatever the children's lane stopped for.
 	case o.targetPrimary != "" && o.failoverReason != "":
 		return pgv1.PhaseFailingOver
 	case o.targetPrimary != "":
 		return pgv1.PhaseSwitchingOver
+	case o.failure != nil || o.switchoverProblem != nil:
+		return pgv1.PhaseDegraded
 	case o.waiting != nil && (o.waiting.reason == reasonRollingUpdate || o.waiting.reason == reasonUpdateWaiting ||
 		o.waiting.reason == reasonPrimaryReplacing):
 		// Decided on what was seen before this reconcile replaced a pod: never Ready.

@@ -89,7 +89,9 @@ func (r *PostgresClusterReconciler) switchover(ctx context.Context, s *scope) (*
 }
 
 // startSwitchover begins a switchover when the annotation names an instance other than the
-// primary, the cluster is healthy and the target streams; else it says why it waits.
+// primary, the cluster is healthy and the target streams. Else it says why in the status and
+// stops nothing: a switchover that cannot start (a typo, a sick cluster) must never hold up a
+// failover.
 func (r *PostgresClusterReconciler) startSwitchover(s *scope) (*stop, error) {
 	target := s.cluster.Annotations[pgv1.SwitchoverAnnotation]
 	current := s.cluster.Status.CurrentPrimary
@@ -106,13 +108,15 @@ func (r *PostgresClusterReconciler) startSwitchover(s *scope) (*stop, error) {
 		return nil, nil
 	}
 	if s.observed.pod(target) == nil {
-		return invalid("SwitchoverTargetUnknown", fmt.Sprintf("%s names %s, which is not an instance of this cluster",
-			pgv1.SwitchoverAnnotation, target)), nil
+		s.switchoverProblem = &reasonMessage{"SwitchoverTargetUnknown", fmt.Sprintf(
+			"%s names %s, which is not an instance of this cluster", pgv1.SwitchoverAnnotation, target)}
+		return nil, nil
 	}
 	s.primary = current
 	report := s.observed.reports[target]
 	if report == nil || report.Role != agentapi.RoleReplica || !report.Streaming || !assessHealth(s).allReady() {
-		return waitFor("SwitchoverWaiting", fmt.Sprintf("a switchover to %s waits for a healthy cluster in which it streams", target)), nil
+		s.waiting = &reasonMessage{"SwitchoverWaiting", fmt.Sprintf("a switchover to %s waits for a healthy cluster in which it streams", target)}
+		return nil, nil
 	}
 	s.targetPrimary, s.switchoverRequest = target, target
 	r.event(s.cluster, s.observed.pod(target), corev1.EventTypeNormal, "SwitchoverStarted", "Switchover",

@@ -50,6 +50,8 @@ type scope struct {
 	certificatesRenewed string
 	// certificateProblem says why spec.certificates' Secrets are not used.
 	certificateProblem *reasonMessage
+	// switchoverProblem says why the switchover annotation cannot be carried out.
+	switchoverProblem *reasonMessage
 	// monitoringProblem says why spec.monitoring cannot be honoured.
 	monitoringProblem *reasonMessage
 	// childrenUnchanged: the cluster and its owned objects are as the last reconcile found them

@@ -37,6 +37,8 @@ type switchoverTest struct {
 	leases  client.Client
 	r       *PostgresClusterReconciler
 	pods    []corev1.Pod
+	// last is the scope of the last reconcile.
+	last *scope
 }
 
 func newSwitchoverTest(instances int32) *switchoverTest {
@@ -58,6 +60,7 @@ func (st *switchoverTest) reconcile(t *testing.T, reports map[string]*agentapi.S
 	s.statefulSet = &appsv1.StatefulSet{Status: appsv1.StatefulSetStatus{Replicas: cluster.Spec.Instances, ReadyReplicas: cluster.Spec.Instances}}
 	s.observed = &observed{pods: st.pods, reports: reports}
 	result, err := st.r.switchover(context.Background(), s)
+	st.last = s
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -82,8 +85,9 @@ func TestSwitchoverSteps(t *testing.T) {
 	primary := &agentapi.Status{Role: agentapi.RolePrimary, Timeline: 1}
 	replica := streamingReplica
 
-	if st := reconcile(map[string]*agentapi.Status{"db-0": primary, "db-1": {Role: agentapi.RoleReplica}}); st == nil || st.reason != "SwitchoverWaiting" {
-		t.Fatalf("a target that does not stream: %+v, want SwitchoverWaiting", st)
+	if stopped := reconcile(map[string]*agentapi.Status{"db-0": primary, "db-1": {Role: agentapi.RoleReplica}}); stopped != nil ||
+		st.last.waiting == nil || st.last.waiting.reason != "SwitchoverWaiting" {
+		t.Fatalf("a target that does not stream: %+v, waiting %+v; want SwitchoverWaiting, and failover not held up", stopped, st.last.waiting)
 	}
 	if st := reconcile(map[string]*agentapi.Status{"db-0": primary, "db-1": replica("0/3000000")}); st == nil || st.reason != "SwitchingOver" || cluster.Status.TargetPrimary != "db-1" {
 		t.Fatalf("start: %+v, target %q", st, cluster.Status.TargetPrimary)
@@ -136,8 +140,9 @@ func TestSwitchoverSteps(t *testing.T) {
 	}
 
 	cluster.Annotations = map[string]string{pgv1.SwitchoverAnnotation: "db-7"}
-	if st := reconcile(map[string]*agentapi.Status{"db-0": demoted, "db-1": primary}); st == nil || st.reason != "SwitchoverTargetUnknown" || !st.failed {
-		t.Errorf("unknown target: %+v", st)
+	if stopped := reconcile(map[string]*agentapi.Status{"db-0": demoted, "db-1": primary}); stopped != nil ||
+		st.last.switchoverProblem == nil || st.last.switchoverProblem.reason != "SwitchoverTargetUnknown" {
+		t.Errorf("unknown target: %+v, problem %+v; want SwitchoverTargetUnknown, and failover not held up", stopped, st.last.switchoverProblem)
 	}
 }
 

@@ -116,6 +116,10 @@ type Agent struct {
 	customQueries atomic.Pointer[customQueries]
 	// postgresLog turns PostgreSQL's log into the agent's and counts notable records (logs.go).
 	postgresLog *postgresLog
+	// responsive is whether PostgreSQL answers the agent's local queries (responsive.go).
+	responsive responsiveness
+	// stopRenewing: a fence is under way; the Lease is left to lapse.
+	stopRenewing atomic.Bool
 }
 
 // Run bootstraps the instance if its data directory is empty, serves the API, starts
@@ -330,6 +334,9 @@ func (a *Agent) Status(ctx context.Context) (*agentapi.Status, error) {
 	if status := a.fencedStatus(); status != nil {
 		return status, nil
 	}
+	if status := a.unresponsiveStatus(); status != nil {
+		return status, nil
+	}
 	conn, err := a.connect(ctx)
 	if err != nil {
 		return nil, err
@@ -339,6 +346,7 @@ func (a *Agent) Status(ctx context.Context) (*agentapi.Status, error) {
 	if err != nil {
 		return nil, err
 	}
+	a.responsive.answered()
 	status.Rejoined, status.LeaseTransitions = a.lastRejoin(), a.keeper().Current().Transitions
 	if loaded := a.loadedConfig.Load(); loaded != nil {
 		status.ConfigHash = *loaded

@@ -67,6 +67,8 @@ func (a *Agent) liftFence() error {
 	a.stateMu.Lock()
 	a.fence = nil
 	a.stateMu.Unlock()
+	a.responsive.answered()
+	a.stopRenewing.Store(false)
 	return nil
 }
 
@@ -124,6 +126,14 @@ func (a *Agent) fenceNow(reason string, transitions int32) error {
 func (a *Agent) fenceLocked(reason string, transitions int32) error {
 	if a.fenced() != nil {
 		return nil
+	}
+	if frozen := a.responsive.unresponsive(time.Now()); frozen != "" {
+		// Killed before the marker is written: on a hung disk the write may hang too, and the
+		// operator moves on only once this answers (or the Lease, no longer renewed, lapses).
+		a.Log.Info("fencing: killing every process of the unresponsive postgres", "reason", reason, "unresponsive", frozen)
+		a.stopRenewing.Store(true)
+		killErr := a.Instance.Kill()
+		return errors.Join(killErr, a.holdDown(fence{Reason: reason + "; " + frozen, Transitions: transitions}))
 	}
 	a.Log.Info("fencing: stopping postgres immediately", "reason", reason)
 	markErr := a.holdDown(fence{Reason: reason, Transitions: transitions})
@@ -330,10 +340,13 @@ func (a *Agent) primaryTick(ctx context.Context, now time.Time) {
 	}
 	local, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
+	started := time.Now()
 	conn, err := a.connect(local)
 	if err == nil {
 		defer func() { _ = conn.Close(context.Background()) }()
-		a.notePeers(local, conn, now)
+		a.responsive.noted(started, a.notePeers(local, conn, now))
+	} else {
+		a.responsive.noted(started, err)
 	}
 	a.keepLease(ctx, now)
 	if err == nil && a.fenced() == nil {
@@ -345,6 +358,9 @@ func (a *Agent) primaryTick(ctx context.Context, now time.Time) {
 // another instance, or when it could not be renewed for LeaseFenceAfter and no standby replied
 // within PeerWindow.
 func (a *Agent) keepLease(ctx context.Context, now time.Time) {
+	if a.stopRenewing.Load() {
+		return // being fenced
+	}
 	l, renewed, err := a.keeper().RenewIfDue(ctx, now)
 	if renewed && errors.Is(err, ErrLeaseConflict) && l.Holder != a.Config.PodName {
 		a.logFenceErr(a.fenceNow(fmt.Sprintf("the primary lease was granted to %q", l.Holder), l.Transitions))
@@ -377,10 +393,10 @@ func (a *Agent) logFenceErr(err error) {
 
 // notePeers records when a standby's reply last arrived: when any standby's reply time
 // changed since the previous tick.
-func (a *Agent) notePeers(ctx context.Context, conn *pgx.Conn, now time.Time) {
+func (a *Agent) notePeers(ctx context.Context, conn *pgx.Conn, now time.Time) error {
 	replies, err := postgres.StandbyReplies(ctx, conn)
 	if err != nil {
-		return
+		return err
 	}
 	a.stateMu.Lock()
 	defer a.stateMu.Unlock()
@@ -390,6 +406,7 @@ func (a *Agent) notePeers(ctx context.Context, conn *pgx.Conn, now time.Time) {
 		}
 	}
 	a.peerReplies = maps.Clone(replies)
+	return nil
 }
 
 // releaseLease gives the Lease up after a clean shutdown of the primary, so that the operator

@@ -25,6 +25,11 @@ const (
 	// PeersGoneWait: and once no standby has reported streaming for this long, which exceeds
 	// PeerWindow by the same margin.
 	PeersGoneWait = 10 * time.Second
+	// UnresponsiveAfter: a primary whose PostgreSQL has not answered its agent's local queries
+	// for this long is reported unresponsive (frozen), for the operator to fence and fail over
+	// after spec.failoverDelay. Longer than a readiness probe's failure (4 s), so that one slow
+	// query is not a freeze.
+	UnresponsiveAfter = 5 * time.Second
 	// LeaseRequestTimeout bounds one renewal.
 	LeaseRequestTimeout = 3 * time.Second
 )

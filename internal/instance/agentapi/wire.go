@@ -73,6 +73,10 @@ type Status struct {
 	Version string `json:"version,omitempty"`
 	// Role is RolePrimary or RoleReplica (in recovery); empty while Fenced.
 	Role string `json:"role"`
+	// Unresponsive, on a primary, says why its PostgreSQL counts as frozen: it has not answered
+	// the agent's local queries for UnresponsiveAfter; "" while it answers (and from agents older
+	// than this field).
+	Unresponsive string `json:"unresponsive,omitempty"`
 	// Fenced: PostgreSQL is stopped and stays stopped until the primary Lease is granted
 	// again; FencedReason says why (lost Lease, crash, the operator's order, shutdown).
 	Fenced       bool   `json:"fenced,omitempty"`

@@ -1,0 +1,79 @@
+package postgres
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"time"
+)
+
+// killExitWait bounds the wait for a killed postmaster to be reaped: a process in an
+// uninterruptible sleep (a hung disk) dies only when its I/O returns, and never runs user code
+// before that.
+const killExitWait = 5 * time.Second
+
+// Kill stops a server that does not answer (frozen: a hung disk, a stuck kernel, a stopped
+// process) at once and for good: SIGKILL to the postmaster and to every process it forked. A
+// SIGQUIT would wait for a postmaster that never passes it on, and a backend that outlived its
+// postmaster could still acknowledge a commit once it runs again. The postmaster is stopped
+// first so that it forks nothing between the listing of its children and their end.
+func (i *Instance) Kill() error {
+	if !i.Running() {
+		return nil
+	}
+	pid := i.postmaster.Process.Pid
+	_ = syscall.Kill(pid, syscall.SIGSTOP)
+	children, listErr := childrenOf(pid)
+	for _, child := range children {
+		_ = syscall.Kill(child, syscall.SIGKILL)
+	}
+	_ = i.postmaster.Process.Kill()
+	select {
+	case <-i.exited:
+	case <-time.After(killExitWait):
+		listErr = errors.Join(listErr, fmt.Errorf("postmaster %d killed but not yet reaped after %s (uninterruptible I/O?)", pid, killExitWait))
+	}
+	return listErr
+}
+
+// childrenOf lists the processes whose parent is pid, from /proc.
+func childrenOf(pid int) ([]int, error) {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil, fmt.Errorf("list processes: %w", err)
+	}
+	var children []int
+	for _, e := range entries {
+		child, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		stat, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		if err != nil {
+			continue // gone meanwhile
+		}
+		if parentOf(stat) == pid {
+			children = append(children, child)
+		}
+	}
+	return children, nil
+}
+
+// parentOf reads the parent PID from a /proc/<pid>/stat line: "pid (comm) state ppid ...",
+// where comm may hold spaces and parentheses, so the fields are counted after the last ')'.
+func parentOf(stat []byte) int {
+	end := bytes.LastIndexByte(stat, ')')
+	if end < 0 {
+		return 0
+	}
+	fields := bytes.Fields(stat[end+1:])
+	if len(fields) < 2 {
+		return 0
+	}
+	ppid, _ := strconv.Atoi(string(fields[1]))
+	return ppid
+}
