@@ -124,6 +124,14 @@ func markPodReady(namespace, name string) {
 	})).To(Succeed())
 }
 
+// degradedReason is why the cluster is Degraded, "" when it is not.
+func degradedReason(c *pgv1.PostgresCluster) string {
+	if d := condition(fetch(c), pgv1.ConditionDegraded); d != nil && d.Status == metav1.ConditionTrue {
+		return d.Reason
+	}
+	return ""
+}
+
 func condition(c *pgv1.PostgresCluster, conditionType string) *metav1.Condition {
 	for i := range c.Status.Conditions {
 		if c.Status.Conditions[i].Type == conditionType {

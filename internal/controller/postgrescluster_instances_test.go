@@ -6,7 +6,6 @@ import (
 	"runtime"
 	"slices"
 	"strconv"
-	"sync"
 	"syscall"
 	"time"
 
@@ -41,15 +40,7 @@ var _ = Describe("Instances with real agents", func() {
 	// runInstance starts pod's agent and PostgreSQL, then marks the pod ready once the agent's
 	// readiness endpoint answers, as the kubelet's probe would.
 	runInstanceWith := func(pod string, primaryPort int, initialPrimary string, leases agent.LeaseStore) *pgtest.RunningAgent {
-		inst := pgtest.NewInstance(GinkgoT(), pod)
-		if primaryPort == 0 {
-			primaryPort = inst.Port
-		}
-		a := pgtest.StartAgent(GinkgoT(), agentConfig(cluster, pod, initialPrimary, primaryPort, inst), inst, leases)
-		agentAddresses.set(cluster.Namespace, pod, a.Address())
-		Eventually(func() error { return readyz(a) }, 90*time.Second).Should(Succeed())
-		markPodReady(cluster.Namespace, pod)
-		return a
+		return runAgentFor(cluster, pod, primaryPort, initialPrimary, leases)
 	}
 	runInstance := func(pod string, primaryPort int, initialPrimary string) *pgtest.RunningAgent {
 		return runInstanceWith(pod, primaryPort, initialPrimary, clusterLeases(cluster))
@@ -112,39 +103,10 @@ var _ = Describe("Instances with real agents", func() {
 	})
 
 	It("switches over to the annotated instance without losing an acknowledged commit", func() {
-		rw := pgtest.NewServiceProxy(GinkgoT())
-		var mu sync.Mutex
-		ports := map[string]int{}
-		// Plays the -rw Service: its one endpoint is the pod labelled primary, if any.
-		done := make(chan struct{})
-		defer close(done)
-		go func() {
-			defer GinkgoRecover()
-			for {
-				select {
-				case <-done:
-					return
-				case <-time.After(100 * time.Millisecond):
-				}
-				pods := &corev1.PodList{}
-				if k8sClient.List(ctx, pods, client.InNamespace(cluster.Namespace),
-					client.MatchingLabels(pgbuilder.RoleSelector(cluster, pgbuilder.RolePrimary))) != nil {
-					continue
-				}
-				mu.Lock()
-				target := 0
-				if len(pods.Items) == 1 {
-					target = ports[pods.Items[0].Name]
-				}
-				mu.Unlock()
-				rw.SetTarget(target)
-			}
-		}()
+		rw, route := rwService(cluster)
 		for _, pod := range []string{"db-0", "db-1"} {
 			a := runInstance(pod, rw.Port, "db-0")
-			mu.Lock()
-			ports[pod] = a.Instance.Port
-			mu.Unlock()
+			route(pod, a.Instance.Port)
 		}
 		Eventually(func(g Gomega) {
 			g.Expect(fetch(cluster).Status.Phase).To(Equal(pgv1.PhaseReady))

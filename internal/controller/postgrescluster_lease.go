@@ -44,6 +44,9 @@ func (r *PostgresClusterReconciler) ensurePrimaryLease(ctx context.Context, s *s
 	if r.leases().known(s.cluster.UID) {
 		return nil, nil
 	}
+	if s.failure != nil && s.failure.reason == reasonNamespaceTerminating {
+		return nil, nil // the children's lane found nothing can be created here
+	}
 	holder := s.cluster.Status.CurrentPrimary
 	if holder == "" {
 		holder = pgbuilder.InstancePodName(s.cluster, 0)

@@ -25,13 +25,6 @@ var _ = Describe("Writes the API server refuses for good", func() {
 	service := func(c *pgv1.PostgresCluster, name string) *corev1.Service {
 		return &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: c.Namespace, Name: name}}
 	}
-	degradedReason := func(c *pgv1.PostgresCluster) string {
-		if d := condition(fetch(c), pgv1.ConditionDegraded); d != nil && d.Status == metav1.ConditionTrue {
-			return d.Reason
-		}
-		return ""
-	}
-
 	// settledWrites waits out a reconcile already under way (one that started before the
 	// refusal reached the cache tries once more, rightly) and returns the count it ended on.
 	settledWrites := func(namespace string) int {

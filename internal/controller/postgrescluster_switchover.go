@@ -32,6 +32,7 @@ const switchoverStep = time.Second
 // goes into the status), wait until the target has replayed that far, promote the target,
 // and hand over to decidePrimary, which labels it. No acknowledged commit is lost.
 func (r *PostgresClusterReconciler) switchover(ctx context.Context, s *scope) (*stop, error) {
+	s.switchoverProblem = unknownSwitchoverTarget(s)
 	if s.failoverReason != "" {
 		return nil, nil // a failover runs
 	}
@@ -107,9 +108,7 @@ func (r *PostgresClusterReconciler) startSwitchover(s *scope) (*stop, error) {
 	if current == "" {
 		return nil, nil
 	}
-	if s.observed.pod(target) == nil {
-		s.switchoverProblem = &reasonMessage{"SwitchoverTargetUnknown", fmt.Sprintf(
-			"%s names %s, which is not an instance of this cluster", pgv1.SwitchoverAnnotation, target)}
+	if s.switchoverProblem != nil {
 		return nil, nil
 	}
 	s.primary = current
@@ -122,6 +121,17 @@ func (r *PostgresClusterReconciler) startSwitchover(s *scope) (*stop, error) {
 	r.event(s.cluster, s.observed.pod(target), corev1.EventTypeNormal, "SwitchoverStarted", "Switchover",
 		"Switching over from %s to %s", current, target)
 	return switchingOver(fmt.Sprintf("switching over from %s to %s", current, target)), nil
+}
+
+// unknownSwitchoverTarget says that the switchover annotation asks for an instance the cluster
+// does not have, whatever else runs (a failover too), so the condition holds steady.
+func unknownSwitchoverTarget(s *scope) *reasonMessage {
+	target := s.cluster.Annotations[pgv1.SwitchoverAnnotation]
+	if target == "" || target == s.switchoverRequest || target == s.cluster.Status.CurrentPrimary || s.observed.pod(target) != nil {
+		return nil
+	}
+	return &reasonMessage{"SwitchoverTargetUnknown", fmt.Sprintf(
+		"%s names %s, which is not an instance of this cluster", pgv1.SwitchoverAnnotation, target)}
 }
 
 func (r *PostgresClusterReconciler) demoteForSwitchover(ctx context.Context, s *scope, old string) (*stop, error) {

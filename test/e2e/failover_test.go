@@ -47,26 +47,30 @@ var _ = Describe("Failover", Ordered, SpecPriority(slowSpecs), func() {
 // the new primary.
 func failoverSpecs(cluster **pgv1.PostgresCluster) {
 	It("fails over when the primary's postmaster is killed, and the old primary rejoins", func(ctx SpecContext) {
-		underFault(ctx, *cluster, "kill -9 of the primary's postmaster", func(old *corev1.Pod) {
+		underFault(ctx, *cluster, "kill -9 of the primary's postmaster", rtoCrash, func(old *corev1.Pod) {
 			killPostmaster(old)
 		})
 	})
 	It("fails over when the operator dies with the primary (both killed), once a new operator leads", func(ctx SpecContext) {
-		underFault(ctx, *cluster, "operator and primary's postmaster killed together", func(old *corev1.Pod) {
+		underFault(ctx, *cluster, "operator and primary's postmaster killed together", rtoOperatorAndPrimary, func(old *corev1.Pod) {
 			killOperator()
 			killPostmaster(old)
 		})
 	})
 	It("fails over when the primary's pod is deleted, and the old primary rejoins", func(ctx SpecContext) {
-		underFault(ctx, *cluster, "primary pod deleted", func(old *corev1.Pod) {
+		underFault(ctx, *cluster, "primary pod deleted", rtoCrash, func(old *corev1.Pod) {
 			Expect(k8s.Delete(ctx, old)).To(Succeed())
 		})
+	})
+	It("fails over when every process of the primary's server freezes while its agent lives, and the old primary rejoins", func(ctx SpecContext) {
+		underFault(ctx, *cluster, "primary's server frozen (SIGSTOP)", rtoCrash, freezePostgres)
 	})
 }
 
 // underFault runs fault on the primary's pod while a write checker writes, waits for a new
-// primary and every instance streaming again, and reports the figures.
-func underFault(ctx context.Context, cluster *pgv1.PostgresCluster, name string, fault func(*corev1.Pod)) {
+// primary and every instance streaming again, and reports the figures; writes must resume within
+// budget.
+func underFault(ctx context.Context, cluster *pgv1.PostgresCluster, name string, budget time.Duration, fault func(*corev1.Pod)) {
 	current := &pgv1.PostgresCluster{}
 	Expect(k8s.Get(ctx, client.ObjectKeyFromObject(cluster), current)).To(Succeed())
 	old := &corev1.Pod{}
@@ -74,6 +78,7 @@ func underFault(ctx context.Context, cluster *pgv1.PostgresCluster, name string,
 	checker := startWriteChecker(ctx, cluster)
 	time.Sleep(2 * time.Second) // writes acknowledged before the fault, too
 	start := time.Now()
+	checker.fault(budget)
 	fault(old)
 	Eventually(func(g Gomega) {
 		g.Expect(k8s.Get(ctx, client.ObjectKeyFromObject(cluster), current)).To(Succeed())

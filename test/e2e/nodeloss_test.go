@@ -76,6 +76,7 @@ var _ = Describe("Node loss", Ordered, SpecPriority(slowSpecs), func() {
 		checker := startWriteChecker(ctx, cluster)
 		time.Sleep(2 * time.Second)
 		start := time.Now()
+		checker.fault(rtoLease)
 		runWorker("stop")
 		DeferCleanup(runWorker, "start")
 		var grantedAfter time.Duration

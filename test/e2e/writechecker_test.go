@@ -20,9 +20,12 @@ import (
 
 // writeChecker keeps inserting numbered rows through the cluster's -rw Service, as the
 // application user, and records each insert the server acknowledged. Afterwards every
-// acknowledged row must be on the primary; a row whose acknowledgement was lost may or may
-// not be there, and none can be there twice (the id is the key).
+// acknowledged row must be on the primary, read from the server that says it is one (not in
+// recovery) and that the primary Lease names; a row whose acknowledgement was lost may or may
+// not be there, and none can be there twice (the id is the key). Writes must have resumed by
+// the end, and, after a fault marked with fault, within that scenario's RTO budget.
 type writeChecker struct {
+	cluster  *pgv1.PostgresCluster
 	connInfo string
 	// table is the checker's own, so that runs on one cluster do not collide.
 	table string
@@ -34,10 +37,15 @@ type writeChecker struct {
 	failed     int
 	lastAck    time.Time
 	longestGap time.Duration
+	// faultAt and budget: a fault was injected then, and writes must be acknowledged again
+	// within budget; resumedAt is the first acknowledgement after it.
+	faultAt, resumedAt time.Time
+	budget             time.Duration
 }
 
 func startWriteChecker(ctx context.Context, cluster *pgv1.PostgresCluster) *writeChecker {
 	w := &writeChecker{
+		cluster:  cluster,
 		connInfo: rwConnInfo(ctx, cluster, "app", "app"),
 		table:    fmt.Sprintf("write_checker_%d", time.Now().UnixNano()),
 		stop:     make(chan struct{}), done: make(chan struct{}),
@@ -81,6 +89,9 @@ func (w *writeChecker) run(ctx context.Context) {
 				w.longestGap = max(w.longestGap, now.Sub(w.lastAck))
 			}
 			w.acked, w.lastAck = append(w.acked, id), now
+			if !w.faultAt.IsZero() && w.resumedAt.IsZero() {
+				w.resumedAt = now
+			}
 		} else {
 			w.failed++
 		}
@@ -109,15 +120,30 @@ func (w *writeChecker) insert(ctx context.Context, conn **pgx.Conn, id int64) er
 	return nil
 }
 
+// fault marks the moment a fault is injected: the first write acknowledged after it must come
+// within budget (the scenario's RTO, a correctness budget generous enough for CI's load).
+func (w *writeChecker) fault(budget time.Duration) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.faultAt, w.resumedAt, w.budget = time.Now(), time.Time{}, budget
+}
+
 // writeReport is what the checker saw.
 type writeReport struct {
 	Acknowledged, Failed, Lost int
 	LongestGap                 time.Duration
+	// TrailingGap is from the last acknowledged write to the checker's stop; RTO from the
+	// marked fault to the first acknowledged write after it (zero without a fault).
+	TrailingGap, RTO time.Duration
 }
 
 func (r writeReport) String() string {
-	return fmt.Sprintf("%d writes acknowledged, %d failed, %d acknowledged but lost; longest time without an acknowledged write %s",
-		r.Acknowledged, r.Failed, r.Lost, r.LongestGap.Round(100*time.Millisecond))
+	s := fmt.Sprintf("%d writes acknowledged, %d failed, %d acknowledged but lost; longest time without an acknowledged write %s, at the end %s",
+		r.Acknowledged, r.Failed, r.Lost, r.LongestGap.Round(100*time.Millisecond), r.TrailingGap.Round(100*time.Millisecond))
+	if r.RTO > 0 {
+		s += fmt.Sprintf("; first acknowledged write %s after the fault", r.RTO.Round(100*time.Millisecond))
+	}
+	return s
 }
 
 // rwConnInfo reaches cluster's primary through the ClusterIP of its -rw Service, as the login
@@ -145,6 +171,7 @@ func connInfoAt(ctx context.Context, cluster *pgv1.PostgresCluster, host, login,
 
 // stopAndVerify stops writing and counts the acknowledged rows missing from the primary.
 func (w *writeChecker) stopAndVerify(ctx context.Context) writeReport {
+	stoppedAt := time.Now()
 	close(w.stop)
 	<-w.done
 	present := map[int64]bool{}
@@ -154,6 +181,9 @@ func (w *writeChecker) stopAndVerify(ctx context.Context) writeReport {
 			return err
 		}
 		defer func() { _ = conn.Close(ctx) }()
+		if err := w.isLeasedPrimary(ctx, conn); err != nil {
+			return err
+		}
 		rows, err := conn.Query(ctx, "SELECT id FROM "+w.table)
 		if err != nil {
 			return err
@@ -165,6 +195,13 @@ func (w *writeChecker) stopAndVerify(ctx context.Context) writeReport {
 		return err
 	}).WithTimeout(time.Minute).Should(Succeed())
 	report := writeReport{Acknowledged: len(w.acked), Failed: w.failed, LongestGap: w.longestGap}
+	if !w.lastAck.IsZero() {
+		report.TrailingGap = stoppedAt.Sub(w.lastAck)
+		report.LongestGap = max(report.LongestGap, report.TrailingGap)
+	}
+	if !w.resumedAt.IsZero() {
+		report.RTO = w.resumedAt.Sub(w.faultAt)
+	}
 	for _, id := range w.acked {
 		if !present[id] {
 			report.Lost++
@@ -173,13 +210,47 @@ func (w *writeChecker) stopAndVerify(ctx context.Context) writeReport {
 	return report
 }
 
+// isLeasedPrimary: the server conn reached is not in recovery and is the instance the primary
+// Lease names, so the rows counted are the primary's, not a stale copy's.
+func (w *writeChecker) isLeasedPrimary(ctx context.Context, conn *pgx.Conn) error {
+	var inRecovery bool
+	var address string
+	if err := conn.QueryRow(ctx, "SELECT pg_is_in_recovery(), host(inet_server_addr())").Scan(&inRecovery, &address); err != nil {
+		return err
+	}
+	if inRecovery {
+		return fmt.Errorf("-rw reached a server in recovery (%s)", address)
+	}
+	holder, err := primaryLeaseHolder(ctx, w.cluster)
+	if err != nil {
+		return err
+	}
+	pod := &corev1.Pod{}
+	if err := k8s.Get(ctx, client.ObjectKey{Namespace: w.cluster.Namespace, Name: holder}, pod); err != nil {
+		return err
+	}
+	if pod.Status.PodIP != address {
+		return fmt.Errorf("-rw reached %s, but the primary Lease names %s at %s", address, holder, pod.Status.PodIP)
+	}
+	return nil
+}
+
 // finish lets the checker write two seconds more, stops it, reports under name, and fails when
-// an acknowledged write is missing.
+// an acknowledged write is missing, when no write was acknowledged in those two seconds (the
+// cluster must take writes again by the end), or when writes resumed later than the marked
+// fault's budget.
 func (w *writeChecker) finish(ctx context.Context, name string) writeReport {
-	time.Sleep(2 * time.Second)
+	const settle = 2 * time.Second
+	finishing := time.Now()
+	time.Sleep(settle)
 	report := w.stopAndVerify(ctx)
 	AddReportEntry(name+": write checker (the longest gap is the RTO)", report.String())
-	Expect(report.Acknowledged).To(BeNumerically(">", 0))
 	Expect(report.Lost).To(BeZero(), "acknowledged writes lost: %s", report)
+	Expect(w.lastAck).To(BeTemporally(">", finishing), "no write acknowledged in the last %s: %s", settle, report)
+	if !w.faultAt.IsZero() {
+		Expect(w.resumedAt).NotTo(BeZero(), "no write acknowledged after the fault: %s", report)
+		Expect(report.RTO).To(BeNumerically("<=", w.budget), "writes resumed %s after the fault, over its budget of %s: %s",
+			report.RTO.Round(100*time.Millisecond), w.budget, report)
+	}
 	return report
 }

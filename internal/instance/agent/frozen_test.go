@@ -2,56 +2,13 @@ package agent_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
-	"strconv"
-	"strings"
-	"syscall"
 	"testing"
 	"time"
-
-	"github.com/jackc/pgx/v5"
 
 	"github.com/pgpilot/pgpilot-operator/internal/instance/agentapi"
 	"github.com/pgpilot/pgpilot-operator/internal/instance/pgtest"
 )
-
-// serverProcesses are the postmaster (from postmaster.pid) and every backend and auxiliary
-// process PostgreSQL lists, as a superuser sees them.
-func serverProcesses(t *testing.T, a *pgtest.RunningAgent) []int {
-	t.Helper()
-	pidFile, err := os.ReadFile(filepath.Join(a.Instance.DataDir, "postmaster.pid"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	postmaster, _ := strconv.Atoi(strings.SplitN(string(pidFile), "\n", 2)[0])
-	admin := pgtest.Connect(t, a.Instance, agentapi.Superuser, credentials.SuperuserPassword, "postgres")
-	rows, err := admin.Query(context.Background(), "SELECT pid FROM pg_stat_activity WHERE pid <> pg_backend_pid()")
-	if err != nil {
-		t.Fatal(err)
-	}
-	pids, err := pgx.CollectRows(rows, pgx.RowTo[int32])
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := []int{postmaster}
-	for _, pid := range pids {
-		out = append(out, int(pid))
-	}
-	return out
-}
-
-// alive: the process exists and is not a zombie.
-func alive(pid int) bool {
-	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return false
-	}
-	fields := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+1:]))
-	return len(fields) > 0 && fields[0] != "Z"
-}
 
 // A frozen primary (every PostgreSQL process stopped, its agent alive and renewing the Lease)
 // is reported unresponsive within UnresponsiveAfter and a bit, fenced on the operator's order by
@@ -72,18 +29,9 @@ func TestFrozenPrimaryIsReportedAndKilledByTheFence(t *testing.T) {
 	if _, err := tx.Exec(ctx, "INSERT INTO t VALUES (-1)"); err != nil {
 		t.Fatal(err)
 	}
-	processes := serverProcesses(t, primary)
-	for _, pid := range processes {
-		if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
-			t.Fatalf("freeze %d: %v", pid, err)
-		}
-	}
+	processes := pgtest.ServerProcesses(t, primary.Instance, credentials.SuperuserPassword)
+	thaw := pgtest.Freeze(t, processes)
 	frozenAt := time.Now()
-	defer func() { // a failed test leaves nothing stopped behind
-		for _, pid := range processes {
-			_ = syscall.Kill(pid, syscall.SIGCONT)
-		}
-	}()
 	committed := make(chan error, 1)
 	go func() { committed <- tx.Commit(ctx) }()
 
@@ -114,11 +62,11 @@ func TestFrozenPrimaryIsReportedAndKilledByTheFence(t *testing.T) {
 		t.Fatalf("fence of the frozen primary: %+v, %v", fenced, err)
 	}
 	for _, pid := range processes {
-		if alive(pid) {
+		if pgtest.Alive(pid) {
 			t.Errorf("process %d of the fenced server still exists", pid)
 		}
-		_ = syscall.Kill(pid, syscall.SIGCONT) // the freeze ends
 	}
+	thaw()
 	select {
 	case err := <-committed:
 		if err == nil {
@@ -141,7 +89,4 @@ func TestFrozenPrimaryIsReportedAndKilledByTheFence(t *testing.T) {
 		t.Errorf("the unacknowledged row on the new primary: %d (%v)", unacknowledged, err)
 	}
 	awaitRole(t, primary, agentapi.RoleReplica, 2)
-	if errors.Is(err, context.Canceled) {
-		t.Log(err)
-	}
 }

@@ -1,0 +1,66 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+)
+
+// RTO budgets: from a fault to the first write acknowledged again, per scenario. They are
+// correctness budgets with room for CI's load (the write checker fails a spec over its budget),
+// not the measured figures, which the specs report.
+const (
+	// A crash (kill -9, a deleted pod, a frozen server): its agent answers, so no Lease has to
+	// lapse.
+	rtoCrash = 30 * time.Second
+	// The operator killed with the primary: a new operator leads only after its leader Lease.
+	rtoOperatorAndPrimary = 150 * time.Second
+	// Node loss and a partition: the old primary's Lease must lapse first.
+	rtoLease = 90 * time.Second
+)
+
+// freezePostgres stops every process of pod's PostgreSQL server (SIGSTOP), as a hung disk or a
+// stuck kernel would, while its agent lives on: the postmaster first, so that it forks nothing
+// more, then each process it forked. The spec's cleanup lets them go (the fence kills them).
+func freezePostgres(pod *corev1.Pod) {
+	postmaster, _ := findPostmaster(pod)
+	processes := append([]int{postmaster}, childrenOf(postmaster)...)
+	By(fmt.Sprintf("SIGSTOP to the %d processes of %s's server (postmaster %d)", len(processes), pod.Name, postmaster))
+	DeferCleanup(func() {
+		for _, pid := range processes {
+			_ = syscall.Kill(pid, syscall.SIGCONT)
+		}
+	})
+	Expect(syscall.Kill(postmaster, syscall.SIGSTOP)).To(Succeed())
+	for _, pid := range processes[1:] {
+		_ = syscall.Kill(pid, syscall.SIGSTOP) // one may have ended meanwhile
+	}
+}
+
+// childrenOf lists the processes whose parent is pid.
+func childrenOf(pid int) []int {
+	procs, err := filepath.Glob("/proc/[0-9]*")
+	Expect(err).NotTo(HaveOccurred())
+	var children []int
+	for _, proc := range procs {
+		stat, err := os.ReadFile(filepath.Join(proc, "stat"))
+		if err != nil {
+			continue
+		}
+		if fields := bytes.Fields(stat[bytes.LastIndexByte(stat, ')')+1:]); len(fields) > 1 && string(fields[1]) == strconv.Itoa(pid) {
+			child, _ := strconv.Atoi(filepath.Base(proc))
+			children = append(children, child)
+		}
+	}
+	return children
+}
