@@ -15,12 +15,14 @@ import (
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	pgv1 "github.com/pgpilot/pgpilot-operator/api/v1alpha1"
 	pgbuilder "github.com/pgpilot/pgpilot-operator/internal/builder"
 	"github.com/pgpilot/pgpilot-operator/internal/instance/agent"
+	"github.com/pgpilot/pgpilot-operator/internal/instance/agentapi"
 	"github.com/pgpilot/pgpilot-operator/internal/instance/pgtest"
 	"github.com/pgpilot/pgpilot-operator/internal/instance/postgres"
 )
@@ -184,4 +186,39 @@ var _ = Describe("Failover with real agents", func() {
 			}, "CredentialsInvalid", killPostmaster),
 		Entry("nothing else, but every process of the primary's server frozen", nil, "", freezeServer),
 	)
+})
+
+var _ = Describe("A primary frozen for less than spec.failoverDelay", func() {
+	It("is waited for, not failed over, and takes writes again when it thaws", func() {
+		cluster := createCluster(newCluster(newNamespace(), func(c *pgv1.PostgresCluster) {
+			c.Spec.Instances = 2
+			c.Spec.FailoverDelay = &metav1.Duration{Duration: 30 * time.Second}
+		}))
+		primary := runAgentFor(cluster, "db-0", 0, "db-0", clusterLeases(cluster))
+		runAgentFor(cluster, "db-1", primary.Instance.Port, "db-0", clusterLeases(cluster))
+		Eventually(func(g Gomega) {
+			g.Expect(fetch(cluster).Status.Phase).To(Equal(pgv1.PhaseReady))
+		}, 60*time.Second).Should(Succeed())
+		password := clusterCredentials(cluster).SuperuserPassword
+
+		thaw := pgtest.Freeze(GinkgoT(), pgtest.ServerProcesses(GinkgoT(), primary.Instance, password))
+		Eventually(func(g Gomega) {
+			progressing := condition(fetch(cluster), pgv1.ConditionProgressing)
+			g.Expect(progressing).NotTo(BeNil())
+			g.Expect(progressing.Reason).To(Equal("PrimaryFailing"))
+			g.Expect(progressing.Message).To(ContainSubstring("frozen"))
+		}, 20*time.Second).Should(Succeed(), "the freeze is noticed and the failover delayed")
+		time.Sleep(5 * time.Second) // frozen for about 12 s in all, well under the delay
+		thaw()
+		Eventually(func(g Gomega) {
+			got := fetch(cluster)
+			g.Expect(got.Status.Phase).To(Equal(pgv1.PhaseReady))
+			g.Expect(got.Status.CurrentPrimary).To(Equal("db-0"))
+		}, 30*time.Second).Should(Succeed())
+		Consistently(func() []string { return eventReasons(cluster) }, 35*time.Second, time.Second).
+			ShouldNot(ContainElement("FailoverStarted"), "a pause shorter than failoverDelay must not fail over")
+		conn := pgtest.Connect(GinkgoT(), primary.Instance, agentapi.Superuser, password, "postgres")
+		_, err := conn.Exec(ctx, "CREATE TABLE after_thaw (v int); INSERT INTO after_thaw VALUES (1)")
+		Expect(err).NotTo(HaveOccurred(), "the thawed primary takes writes")
+	})
 })

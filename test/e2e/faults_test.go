@@ -23,8 +23,9 @@ const (
 	// A crash (kill -9, a deleted pod, a frozen server): its agent answers, so no Lease has to
 	// lapse.
 	rtoCrash = 30 * time.Second
-	// The operator killed with the primary: a new operator leads only after its leader Lease.
-	rtoOperatorAndPrimary = 150 * time.Second
+	// The operator killed with the primary: a new operator leads only after its leader Lease
+	// (20 s) and its container's restart.
+	rtoOperatorAndPrimary = 90 * time.Second
 	// Node loss and a partition: the old primary's Lease must lapse first.
 	rtoLease = 90 * time.Second
 )
