@@ -142,6 +142,10 @@ bench: manifests envtest host-packages versitygw ## Measure API load, CPU and ca
 		./internal/instance/pgbackrest/ -args -backup-bench-mib=$(BACKUP_BENCH_MIB)
 	go test -run '^$$' -bench Scrape -benchtime 500x -benchmem ./internal/instance/exporter/
 
+.PHONY: figures
+figures: ## Render the HA figures of README.md and docs/benchmarks.md from the recorded e2e run, docs/results/e2e.json (each e2e run writes its own to bin/e2e-results.json).
+	go run ./hack/figures render docs/results/e2e.json README.md docs/benchmarks.md
+
 .PHONY: demo-envtest
 demo-envtest: manifests envtest ## The operator against a bare control plane (no kubelet, no root): children and conditions only.
 	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" go run ./hack/demo $(DEMO_FLAGS)

@@ -82,9 +82,15 @@ take_down() {
   fi
 }
 
-# print_digest prints the failures in each phase's ginkgo JSON report ($reports), last.
+# print_digest collects the write checkers' figures into bin/e2e-results.json (hack/figures: a
+# run worth recording becomes docs/results/e2e.json) and prints the failures in each phase's
+# ginkgo JSON report ($reports), last.
 print_digest() {
   local status=0
+  if [[ -x bin/e2e-figures ]]; then
+    bin/e2e-figures collect -commit "$(git rev-parse HEAD 2>/dev/null || echo unknown)" "$reports"/*.json >bin/e2e-results.json &&
+      echo "e2e: the write checkers' figures are in bin/e2e-results.json" || status=$?
+  fi
   if [[ -x bin/e2e-digest ]]; then bin/e2e-digest "$reports"/*.json || status=$?; fi
   rm -rf "$reports"
   return "$status"
@@ -123,6 +129,7 @@ build_suite() {
   go build -o bin/ginkgo github.com/onsi/ginkgo/v2/ginkgo
   go build -o bin/kubectl-pgpilot ./cmd/kubectl-pgpilot
   go build -o bin/e2e-digest ./test/e2e/digest
+  go build -o bin/e2e-figures ./hack/figures
   go test -c -tags e2e -o test/e2e/e2e.test ./test/e2e/
 }
 run_specs() {
