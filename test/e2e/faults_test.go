@@ -3,17 +3,15 @@
 package e2e
 
 import (
-	"bytes"
 	"fmt"
-	"os"
-	"path/filepath"
-	"strconv"
 	"syscall"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
+
+	"github.com/pgpilot/pgpilot-operator/internal/instance/postgres"
 )
 
 // RTO budgets: from a fault to the first write acknowledged again, per scenario. They are
@@ -35,7 +33,9 @@ const (
 // more, then each process it forked. The spec's cleanup lets them go (the fence kills them).
 func freezePostgres(pod *corev1.Pod) {
 	postmaster, _ := findPostmaster(pod)
-	processes := append([]int{postmaster}, childrenOf(postmaster)...)
+	children, err := postgres.ChildrenOf(postmaster)
+	Expect(err).NotTo(HaveOccurred())
+	processes := append([]int{postmaster}, children...)
 	By(fmt.Sprintf("SIGSTOP to the %d processes of %s's server (postmaster %d)", len(processes), pod.Name, postmaster))
 	DeferCleanup(func() {
 		for _, pid := range processes {
@@ -46,22 +46,4 @@ func freezePostgres(pod *corev1.Pod) {
 	for _, pid := range processes[1:] {
 		_ = syscall.Kill(pid, syscall.SIGSTOP) // one may have ended meanwhile
 	}
-}
-
-// childrenOf lists the processes whose parent is pid.
-func childrenOf(pid int) []int {
-	procs, err := filepath.Glob("/proc/[0-9]*")
-	Expect(err).NotTo(HaveOccurred())
-	var children []int
-	for _, proc := range procs {
-		stat, err := os.ReadFile(filepath.Join(proc, "stat"))
-		if err != nil {
-			continue
-		}
-		if fields := bytes.Fields(stat[bytes.LastIndexByte(stat, ')')+1:]); len(fields) > 1 && string(fields[1]) == strconv.Itoa(pid) {
-			child, _ := strconv.Atoi(filepath.Base(proc))
-			children = append(children, child)
-		}
-	}
-	return children
 }

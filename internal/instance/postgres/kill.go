@@ -27,7 +27,7 @@ func (i *Instance) Kill() error {
 	}
 	pid := i.postmaster.Process.Pid
 	_ = syscall.Kill(pid, syscall.SIGSTOP)
-	children, listErr := childrenOf(pid)
+	children, listErr := ChildrenOf(pid)
 	for _, child := range children {
 		_ = syscall.Kill(child, syscall.SIGKILL)
 	}
@@ -40,8 +40,8 @@ func (i *Instance) Kill() error {
 	return listErr
 }
 
-// childrenOf lists the processes whose parent is pid, from /proc.
-func childrenOf(pid int) ([]int, error) {
+// ChildrenOf lists the processes whose parent is pid, from /proc.
+func ChildrenOf(pid int) ([]int, error) {
 	entries, err := os.ReadDir("/proc")
 	if err != nil {
 		return nil, fmt.Errorf("list processes: %w", err)
