@@ -207,6 +207,15 @@ var _ = Describe("Monitoring", Ordered, SpecPriority(slowSpecs), func() {
 		AddReportEntry("prometheus: "+alert+" resolved after replication returned", time.Since(healed).Round(time.Second).String())
 		waitForReady(ctx, cluster, 3*time.Minute)
 	})
+
+	// Last: it moves the primary. This cluster replicates asynchronously (the default), where
+	// README says a deleted pod loses no acknowledged write: its clean shutdown sends the
+	// standby every WAL record first.
+	It("fails over when the primary's pod is deleted, losing no acknowledged write with asynchronous replication", func(ctx SpecContext) {
+		underFault(ctx, cluster, "primary pod deleted, 2 instances, asynchronous", rtoCrash, func(old *corev1.Pod) {
+			Expect(k8s.Delete(ctx, old)).To(Succeed())
+		})
+	})
 })
 
 // clusterPodNames are the names of the cluster's instance pods, and of those that are not its
