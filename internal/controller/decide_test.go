@@ -12,6 +12,7 @@ import (
 
 	pgv1 "github.com/pgpilot/pgpilot-operator/api/v1alpha1"
 	pgbuilder "github.com/pgpilot/pgpilot-operator/internal/builder"
+	"github.com/pgpilot/pgpilot-operator/internal/ha"
 	"github.com/pgpilot/pgpilot-operator/internal/instance/agentapi"
 )
 
@@ -64,7 +65,7 @@ func TestChoosePrimary(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, st := choosePrimary(testCluster(2), &observed{pods: tt.pods, reports: tt.reports})
+			got, st := choosePrimary(testCluster(2), &observed{Observed: ha.Observed{Pods: tt.pods, Reports: tt.reports}})
 			if got != tt.want {
 				t.Errorf("primary %q, want %q", got, tt.want)
 			}
@@ -132,14 +133,14 @@ func TestDecideStagesCallTheRightAgent(t *testing.T) {
 	s := newScope(testCluster(2))
 	s.statefulSet = &appsv1.StatefulSet{Status: appsv1.StatefulSetStatus{Replicas: 2, ReadyReplicas: 2}}
 	s.primary = "db-0"
-	s.observed = &observed{
-		pods: []corev1.Pod{testPod("db-0", pgbuilder.RolePrimary, true), testPod("db-1", pgbuilder.RoleReplica, true)},
-		reports: map[string]*agentapi.Status{
+	s.observed = &observed{Observed: ha.Observed{
+		Pods: []corev1.Pod{testPod("db-0", pgbuilder.RolePrimary, true), testPod("db-1", pgbuilder.RoleReplica, true)},
+		Reports: map[string]*agentapi.Status{
 			"db-0": {Role: agentapi.RolePrimary, PendingRestart: []string{"max_connections"},
 				Slots: []agentapi.SlotStatus{{Name: "db_1", Active: true}, {Name: "db_5"}}},
 			"db-1": {Role: agentapi.RoleReplica, Streaming: true, PendingRestart: []string{"max_connections"}},
 		},
-	}
+	}}
 	ctx := context.Background()
 	if st, err := r.dropRemovedSlots(ctx, s); st != nil || err != nil {
 		t.Fatalf("slots: %v %v", st, err)
@@ -160,7 +161,7 @@ func TestDecideStagesCallTheRightAgent(t *testing.T) {
 		t.Fatalf("restart while busy: %+v %v", st, err)
 	}
 	// A replica that stops streaming holds every restart back.
-	s.observed.reports["db-1"] = &agentapi.Status{Role: agentapi.RoleReplica, PendingRestart: []string{"max_connections"}}
+	s.observed.Reports["db-1"] = &agentapi.Status{Role: agentapi.RoleReplica, PendingRestart: []string{"max_connections"}}
 	if st, _ := r.restartPending(ctx, s); st == nil || st.reason != "RestartWaiting" {
 		t.Errorf("unhealthy cluster: %+v, want RestartWaiting", st)
 	}

@@ -16,6 +16,7 @@ import (
 	pgv1 "github.com/pgpilot/pgpilot-operator/api/v1alpha1"
 
 	pgbuilder "github.com/pgpilot/pgpilot-operator/internal/builder"
+	"github.com/pgpilot/pgpilot-operator/internal/ha"
 	"github.com/pgpilot/pgpilot-operator/internal/instance/agentapi"
 )
 
@@ -40,7 +41,7 @@ func TestFailoverSteps(t *testing.T) {
 		t.Helper()
 		s := newScope(cluster)
 		s.statefulSet = &appsv1.StatefulSet{Status: appsv1.StatefulSetStatus{Replicas: 3, ReadyReplicas: 2}}
-		s.observed = &observed{pods: pods, reports: reports, failures: map[string]string{}}
+		s.observed = &observed{Observed: ha.Observed{Pods: pods, Reports: reports, Failures: map[string]string{}}}
 		st, err := r.failover(context.Background(), s)
 		if err != nil {
 			t.Fatal(err)
@@ -95,9 +96,9 @@ func TestFailoverWaitsForAnUnreachablePrimarysLease(t *testing.T) {
 	pods := []corev1.Pod{testPod("db-0", pgbuilder.RoleReplica, false), testPod("db-1", pgbuilder.RoleReplica, true)}
 	for range 3 {
 		s := newScope(cluster)
-		s.observed = &observed{pods: pods, reports: map[string]*agentapi.Status{"db-1": replica("0/3000000", "0/3000000", false)},
-			failures: map[string]string{"db-0": "timeout"}}
-		agents.reports["db-1"] = s.observed.reports["db-1"]
+		s.observed = &observed{Observed: ha.Observed{Pods: pods, Reports: map[string]*agentapi.Status{"db-1": replica("0/3000000", "0/3000000", false)},
+			Failures: map[string]string{"db-0": "timeout"}}}
+		agents.reports["db-1"] = s.observed.Reports["db-1"]
 		st, err := r.failover(context.Background(), s)
 		if err != nil || st == nil || st.reason != "FailingOver" {
 			t.Fatalf("%+v %v", st, err)
@@ -116,8 +117,8 @@ func TestFencedPrimaryWithoutCandidateRestarts(t *testing.T) {
 	cluster.Status.CurrentPrimary = "db-0"
 	r, _, leases := reconcilerWithLease(cluster)
 	s := newScope(cluster)
-	s.observed = &observed{pods: []corev1.Pod{testPod("db-0", pgbuilder.RoleReplica, false)},
-		reports: map[string]*agentapi.Status{"db-0": {Fenced: true, FencedReason: "the primary lease names no instance"}}}
+	s.observed = &observed{Observed: ha.Observed{Pods: []corev1.Pod{testPod("db-0", pgbuilder.RoleReplica, false)},
+		Reports: map[string]*agentapi.Status{"db-0": {Fenced: true, FencedReason: "the primary lease names no instance"}}}}
 	st, err := r.failover(context.Background(), s)
 	if err != nil || st == nil || st.reason != "PrimaryRestarting" {
 		t.Fatalf("%+v %v", st, err)
@@ -137,8 +138,8 @@ func TestFailoverCancelledWhenThePrimaryComesBack(t *testing.T) {
 	cluster.Status.CurrentPrimary, cluster.Status.TargetPrimary, cluster.Status.FailoverReason = "db-0", "db-1", "the primary db-0 is being deleted"
 	r, agents, leases := reconcilerWithLease(cluster)
 	s := newScope(cluster)
-	s.observed = &observed{pods: []corev1.Pod{testPod("db-0", pgbuilder.RoleReplica, true), testPod("db-1", pgbuilder.RoleReplica, true)},
-		reports: map[string]*agentapi.Status{"db-0": {Role: agentapi.RolePrimary}, "db-1": replica("0/1", "0/1", true)}}
+	s.observed = &observed{Observed: ha.Observed{Pods: []corev1.Pod{testPod("db-0", pgbuilder.RoleReplica, true), testPod("db-1", pgbuilder.RoleReplica, true)},
+		Reports: map[string]*agentapi.Status{"db-0": {Role: agentapi.RolePrimary}, "db-1": replica("0/1", "0/1", true)}}}
 	if st, err := r.failover(context.Background(), s); err != nil || st != nil || s.targetPrimary != "" || s.failoverReason != "" {
 		t.Fatalf("%+v %v, target %q", st, err, s.targetPrimary)
 	}
@@ -156,15 +157,15 @@ func TestPrimaryReplacedInPlaceHoldsFailover(t *testing.T) {
 	cluster.Status.PrimaryReplacedAt = &replaced
 	r, agents, leases := reconcilerWithLease(cluster)
 	s := newScope(cluster)
-	s.observed = &observed{pods: []corev1.Pod{testPod("db-1", pgbuilder.RoleReplica, true)},
-		reports: map[string]*agentapi.Status{"db-1": replica("0/1", "0/1", false)}}
+	s.observed = &observed{Observed: ha.Observed{Pods: []corev1.Pod{testPod("db-1", pgbuilder.RoleReplica, true)},
+		Reports: map[string]*agentapi.Status{"db-1": replica("0/1", "0/1", false)}}}
 	st, err := r.failover(context.Background(), s)
 	if err != nil || st == nil || st.reason != reasonPrimaryReplacing || s.targetPrimary != "" {
 		t.Fatalf("pod gone while replaced: %+v %v, target %q", st, err, s.targetPrimary)
 	}
 	s = newScope(cluster)
-	s.observed = &observed{pods: []corev1.Pod{testPod("db-0", pgbuilder.RoleReplica, false), testPod("db-1", pgbuilder.RoleReplica, true)},
-		reports: map[string]*agentapi.Status{"db-0": {Fenced: true, FencedReason: "the primary lease names no instance"}, "db-1": replica("0/1", "0/1", false)}}
+	s.observed = &observed{Observed: ha.Observed{Pods: []corev1.Pod{testPod("db-0", pgbuilder.RoleReplica, false), testPod("db-1", pgbuilder.RoleReplica, true)},
+		Reports: map[string]*agentapi.Status{"db-0": {Fenced: true, FencedReason: "the primary lease names no instance"}, "db-1": replica("0/1", "0/1", false)}}}
 	if st, err := r.failover(context.Background(), s); err != nil || st == nil || st.reason != "PrimaryRestarting" {
 		t.Fatalf("back and fenced: %+v %v", st, err)
 	}
@@ -188,8 +189,8 @@ func TestFrozenPrimaryIsFencedOnOrderAndFailedOver(t *testing.T) {
 	step := func() *stop {
 		t.Helper()
 		s := newScope(cluster)
-		s.observed = &observed{pods: pods, reports: map[string]*agentapi.Status{"db-0": frozen, "db-1": agents.reports["db-1"]},
-			failures: map[string]string{}}
+		s.observed = &observed{Observed: ha.Observed{Pods: pods, Reports: map[string]*agentapi.Status{"db-0": frozen, "db-1": agents.reports["db-1"]},
+			Failures: map[string]string{}}}
 		st, err := r.failover(context.Background(), s)
 		if err != nil {
 			t.Fatal(err)

@@ -146,7 +146,7 @@ func (r *PostgresClusterReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 		// The HA lane looks at a running cluster this often whatever the children's lane waits
 		// for: a refused child holds its writes for minutes, never the health check.
 		health := cmp.Or(r.HealthInterval, defaultHealthInterval)
-		if s.failure == nil && s.observed.reports != nil && !assessHealth(s).allReady() {
+		if s.failure == nil && s.observed.Reports != nil && !assessHealth(s).allReady() {
 			health = min(health, settlingInterval)
 		}
 		if result.RequeueAfter == 0 || health < result.RequeueAfter {

@@ -41,8 +41,8 @@ func (r *PostgresClusterReconciler) announceRotation(ctx context.Context, s *sco
 			versions[agentapi.TLSPolicyFile] = "required"
 		}
 		revision := credentialsRevision(versions)
-		for i := range s.observed.pods {
-			if err := r.annotatePod(ctx, &s.observed.pods[i], revision); err != nil {
+		for i := range s.observed.Pods {
+			if err := r.annotatePod(ctx, &s.observed.Pods[i], revision); err != nil {
 				return nil, err
 			}
 		}

@@ -52,13 +52,13 @@ func (l *logNoticesSeen) forget(cluster types.NamespacedName) {
 // `kubectl describe pgc` shows what only the logs said.
 func (r *PostgresClusterReconciler) announceLogNotices(_ context.Context, s *scope) (*stop, error) {
 	cluster := types.NamespacedName{Namespace: s.cluster.Namespace, Name: s.cluster.Name}
-	for _, pod := range slices.Sorted(maps.Keys(s.observed.reports)) {
-		report := s.observed.reports[pod]
+	for _, pod := range slices.Sorted(maps.Keys(s.observed.Reports)) {
+		report := s.observed.Reports[pod]
 		if report == nil {
 			continue
 		}
 		var related runtime.Object
-		if p := s.observed.pod(pod); p != nil {
+		if p := s.observed.Pod(pod); p != nil {
 			related = p
 		}
 		for _, n := range report.LogNotices {

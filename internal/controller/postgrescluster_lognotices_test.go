@@ -19,8 +19,8 @@ func TestAnnounceLogNotices(t *testing.T) {
 	r := &PostgresClusterReconciler{Recorder: recorder}
 	failedLogins := func(count int64) *scope {
 		s := newScope(testCluster(2))
-		s.observed.pods = []corev1.Pod{testPod("db-0", "", true), testPod("db-1", "", true)}
-		s.observed.reports = map[string]*agentapi.Status{"db-0": primaryReport, "db-1": {Role: agentapi.RoleReplica,
+		s.observed.Pods = []corev1.Pod{testPod("db-0", "", true), testPod("db-1", "", true)}
+		s.observed.Reports = map[string]*agentapi.Status{"db-0": primaryReport, "db-1": {Role: agentapi.RoleReplica,
 			LogNotices: []agentapi.LogNotice{{Reason: agentapi.LogNoticeAuthenticationFailed, Count: count, Last: time.Now(),
 				Message: `password authentication failed for user "app" (from 10.0.0.7)`}}}}
 		return s

@@ -149,7 +149,7 @@ func summarizeMonitoring(s *scope) monitoringSummary {
 	m := s.cluster.Spec.Monitoring
 	sum := monitoringSummary{customQueries: len(m.CustomQueries) > 0, problem: s.monitoringProblem}
 	sum.configured = sum.customQueries || m.PodMonitorEnabled()
-	for pod, report := range s.observed.reports {
+	for pod, report := range s.observed.Reports {
 		if report != nil && report.Metrics != nil {
 			if sum.metrics == nil {
 				sum.metrics = map[string]*agentapi.MetricsStatus{}

@@ -13,6 +13,7 @@ import (
 
 	pgv1 "github.com/pgpilot/pgpilot-operator/api/v1alpha1"
 	pgbuilder "github.com/pgpilot/pgpilot-operator/internal/builder"
+	"github.com/pgpilot/pgpilot-operator/internal/ha"
 	"github.com/pgpilot/pgpilot-operator/internal/instance/agentapi"
 )
 
@@ -38,7 +39,7 @@ func (r *PostgresClusterReconciler) observe(ctx context.Context, s *scope) (*sto
 	if err != nil {
 		return nil, err
 	}
-	o := &observed{pods: pods}
+	o := &observed{Observed: ha.Observed{Pods: pods}}
 	s.observed = o
 
 	secret := &corev1.Secret{}
@@ -53,7 +54,7 @@ func (r *PostgresClusterReconciler) observe(ctx context.Context, s *scope) (*sto
 	if s.agentTLS == nil && slices.ContainsFunc(pods, func(p corev1.Pod) bool { return podServesTLS(&p) }) {
 		return nil, nil // no client certificate to reach them with (loadAgentTLS): not asked
 	}
-	o.reports, o.failures = r.askAgents(ctx, s)
+	o.Reports, o.Failures = r.askAgents(ctx, s)
 	return nil, nil
 }
 
@@ -63,7 +64,7 @@ func (r *PostgresClusterReconciler) instancePods(ctx context.Context, c *pgv1.Po
 	if err := r.List(ctx, pods, client.InNamespace(c.Namespace), client.MatchingFields{podsByClusterIndex: c.Name}); err != nil {
 		return nil, fmt.Errorf("list pods: %w", err)
 	}
-	slices.SortFunc(pods.Items, func(a, b corev1.Pod) int { return compareNames(a.Name, b.Name) })
+	slices.SortFunc(pods.Items, func(a, b corev1.Pod) int { return ha.CompareNames(a.Name, b.Name) })
 	return pods.Items, nil
 }
 
@@ -76,11 +77,11 @@ func (r *PostgresClusterReconciler) askAgents(ctx context.Context, s *scope) (ma
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	suspect := r.leases().suspected(s.cluster.UID)
-	for i := range s.observed.pods {
-		pod := &s.observed.pods[i]
+	for i := range s.observed.Pods {
+		pod := &s.observed.Pods[i]
 		wg.Go(func() {
 			ctx := ctx
-			if !podReady(pod) || (suspect && pod.Name == s.cluster.Status.CurrentPrimary) {
+			if !ha.PodReady(pod) || (suspect && pod.Name == s.cluster.Status.CurrentPrimary) {
 				// Most likely down or cut off: do not let it slow every reconcile of a failover.
 				var cancel context.CancelFunc
 				ctx, cancel = context.WithTimeout(ctx, unreadyAgentTimeout)
@@ -98,30 +99,4 @@ func (r *PostgresClusterReconciler) askAgents(ctx context.Context, s *scope) (ma
 	}
 	wg.Wait()
 	return reports, failures
-}
-
-// compareNames orders instance pods by ordinal (db-2 before db-10).
-func compareNames(a, b string) int {
-	if len(a) != len(b) {
-		return len(a) - len(b)
-	}
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
-}
-
-func podReady(pod *corev1.Pod) bool {
-	if !pod.DeletionTimestamp.IsZero() {
-		return false
-	}
-	for _, c := range pod.Status.Conditions {
-		if c.Type == corev1.PodReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
 }

@@ -12,6 +12,7 @@ import (
 
 	pgv1 "github.com/pgpilot/pgpilot-operator/api/v1alpha1"
 	pgbuilder "github.com/pgpilot/pgpilot-operator/internal/builder"
+	"github.com/pgpilot/pgpilot-operator/internal/ha"
 	"github.com/pgpilot/pgpilot-operator/internal/instance/agentapi"
 )
 
@@ -39,14 +40,14 @@ func (r *PostgresClusterReconciler) decidePrimary(ctx context.Context, s *scope)
 // either could send writes to the wrong one.
 func choosePrimary(c *pgv1.PostgresCluster, o *observed) (string, *stop) {
 	labelled := ""
-	for i := range o.pods {
-		if o.pods[i].Labels[pgbuilder.RoleLabel] == pgbuilder.RolePrimary {
-			labelled = o.pods[i].Name
+	for i := range o.Pods {
+		if o.Pods[i].Labels[pgbuilder.RoleLabel] == pgbuilder.RolePrimary {
+			labelled = o.Pods[i].Name
 			break
 		}
 	}
 	var claims []string
-	for name, report := range o.reports {
+	for name, report := range o.Reports {
 		if report.Role == agentapi.RolePrimary {
 			claims = append(claims, name)
 		}
@@ -62,7 +63,7 @@ func choosePrimary(c *pgv1.PostgresCluster, o *observed) (string, *stop) {
 		return labelled, nil
 	}
 	first := pgbuilder.InstancePodName(c, 0)
-	if pod := o.pod(first); pod != nil && podReady(pod) {
+	if pod := o.Pod(first); pod != nil && ha.PodReady(pod) {
 		return first, nil
 	}
 	return "", waitFor(reasonBootstrapping, fmt.Sprintf("waiting for %s to initialise PostgreSQL and accept connections", first))
@@ -71,8 +72,8 @@ func choosePrimary(c *pgv1.PostgresCluster, o *observed) (string, *stop) {
 // labelRoles puts every instance's role on its pod: primary on the one named (none when
 // fencing), replica on the others.
 func (r *PostgresClusterReconciler) labelRoles(ctx context.Context, s *scope, primary string) error {
-	for i := range s.observed.pods {
-		pod := &s.observed.pods[i]
+	for i := range s.observed.Pods {
+		pod := &s.observed.Pods[i]
 		role := pgbuilder.RoleReplica
 		if pod.Name == primary {
 			role = pgbuilder.RolePrimary

@@ -9,6 +9,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/pgpilot/pgpilot-operator/internal/ha"
 	"github.com/pgpilot/pgpilot-operator/internal/instance/agentapi"
 )
 
@@ -16,7 +17,7 @@ import (
 // a time, replicas first and the primary last, and only while the cluster is otherwise healthy
 // (the primary writable, every replica streaming), so that a restart never stacks on a problem.
 func (r *PostgresClusterReconciler) restartPending(ctx context.Context, s *scope) (*stop, error) {
-	target, behind := nextRestart(s.observed.reports, s.primary, s.configHash)
+	target, behind := nextRestart(s.observed.Reports, s.primary, s.configHash)
 	if behind != "" {
 		return waitFor("RestartWaiting", fmt.Sprintf("the primary restarts last, once %s has loaded the new configuration", behind)), nil
 	}
@@ -26,11 +27,11 @@ func (r *PostgresClusterReconciler) restartPending(ctx context.Context, s *scope
 	if !assessHealth(s).allReady() {
 		return waitFor("RestartWaiting", "settings wait for a restart; pgpilot restarts instances only while the cluster is healthy"), nil
 	}
-	pod := s.observed.pod(target)
+	pod := s.observed.Pod(target)
 	if pod == nil {
 		return nil, nil
 	}
-	pending := strings.Join(s.observed.reports[target].PendingRestart, ", ")
+	pending := strings.Join(s.observed.Reports[target].PendingRestart, ", ")
 	switch err := r.agents().Restart(ctx, r.endpoint(s, pod)); {
 	case errors.Is(err, agentapi.ErrRestartInProgress):
 		// Already restarting; look again shortly.
@@ -62,14 +63,14 @@ func nextRestart(reports map[string]*agentapi.Status, primary, desiredHash strin
 		}
 	}
 	if len(replicas) > 0 {
-		slices.SortFunc(replicas, compareNames)
+		slices.SortFunc(replicas, ha.CompareNames)
 		return replicas[0], ""
 	}
 	if !primaryPending {
 		return "", ""
 	}
 	if len(stale) > 0 {
-		slices.SortFunc(stale, compareNames)
+		slices.SortFunc(stale, ha.CompareNames)
 		return "", stale[0]
 	}
 	return primary, ""

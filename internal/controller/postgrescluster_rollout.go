@@ -13,6 +13,7 @@ import (
 
 	pgv1 "github.com/pgpilot/pgpilot-operator/api/v1alpha1"
 	pgbuilder "github.com/pgpilot/pgpilot-operator/internal/builder"
+	"github.com/pgpilot/pgpilot-operator/internal/ha"
 	"github.com/pgpilot/pgpilot-operator/internal/instance/agentapi"
 )
 
@@ -38,10 +39,10 @@ const primaryReplaceHold = 2 * time.Minute
 // time, only while the cluster is healthy; the primary last, after a switchover to an updated
 // replica, so that its replacement costs a switchover's few seconds instead of a failover.
 func (r *PostgresClusterReconciler) rollOutTemplate(ctx context.Context, s *scope) (*stop, error) {
-	outdated := outdatedPods(s.statefulSet, s.observed.pods)
+	outdated := outdatedPods(s.statefulSet, s.observed.Pods)
 	// A pod on its way out still looks ready, and its agent still answers, for a moment: the
 	// next one goes only once it is gone and its replacement is back.
-	leaving, leavingOutdated := terminatingPod(s.statefulSet, s.observed.pods)
+	leaving, leavingOutdated := terminatingPod(s.statefulSet, s.observed.Pods)
 	if leavingOutdated {
 		return waitFor(reasonRollingUpdate, fmt.Sprintf("replacing %s with the updated pod template", leaving)), nil
 	}
@@ -54,12 +55,12 @@ func (r *PostgresClusterReconciler) rollOutTemplate(ctx context.Context, s *scop
 	}
 	// A single instance has no redundancy to protect, and an instance of an operator without
 	// the agent (0.1.0) never reports healthy: it is replaced at once.
-	if len(s.observed.pods) > 1 && !assessHealth(s).allReady() {
+	if len(s.observed.Pods) > 1 && !assessHealth(s).allReady() {
 		return waitFor(reasonUpdateWaiting, fmt.Sprintf("%d instance(s) run an outdated pod template; pgpilot replaces them only while the cluster is healthy",
 			len(outdated))), nil
 	}
 	next := outdated[0]
-	if next == s.primary && len(s.observed.pods) > 1 && s.cluster.Spec.PrimaryUpdateMethod != pgv1.PrimaryUpdateRestart {
+	if next == s.primary && len(s.observed.Pods) > 1 && s.cluster.Spec.PrimaryUpdateMethod != pgv1.PrimaryUpdateRestart {
 		return r.switchoverForUpdate(s, outdated)
 	}
 	if next == s.primary && s.cluster.Status.PrimaryReplacedAt == nil {
@@ -70,7 +71,7 @@ func (r *PostgresClusterReconciler) rollOutTemplate(ctx context.Context, s *scop
 		return &stop{reasonMessage: reasonMessage{reasonPrimaryReplacing, fmt.Sprintf("replacing the primary %s in place", next)},
 			retry: true, after: time.Second}, nil
 	}
-	pod := s.observed.pod(next)
+	pod := s.observed.Pod(next)
 	if err := r.Delete(ctx, pod, client.Preconditions{UID: &pod.UID}); client.IgnoreNotFound(err) != nil {
 		return nil, fmt.Errorf("delete outdated pod %s: %w", next, err)
 	}
@@ -87,12 +88,12 @@ func waitForReplacement(s *scope) *stop {
 	if s.cluster.Status.Phase != pgv1.PhaseUpgrading || assessHealth(s).allReady() {
 		return nil
 	}
-	if int32(len(s.observed.pods)) < s.cluster.Spec.Instances {
+	if int32(len(s.observed.Pods)) < s.cluster.Spec.Instances {
 		return waitFor(reasonRollingUpdate, "waiting for the replaced pod to be created")
 	}
-	for i := range s.observed.pods {
-		if !podReady(&s.observed.pods[i]) {
-			return waitFor(reasonRollingUpdate, fmt.Sprintf("waiting for %s, replaced with the updated pod template, to be ready", s.observed.pods[i].Name))
+	for i := range s.observed.Pods {
+		if !ha.PodReady(&s.observed.Pods[i]) {
+			return waitFor(reasonRollingUpdate, fmt.Sprintf("waiting for %s, replaced with the updated pod template, to be ready", s.observed.Pods[i].Name))
 		}
 	}
 	// Nothing in the API changes when it starts streaming: look again soon.
@@ -103,19 +104,19 @@ func waitForReplacement(s *scope) *stop {
 // switchoverForUpdate moves the primary to the updated replica with the most WAL; the
 // switchover stage carries it out, and the old primary is replaced afterwards as a replica.
 func (r *PostgresClusterReconciler) switchoverForUpdate(s *scope, outdated []string) (*stop, error) {
-	updated := &observed{pods: nil, reports: map[string]*agentapi.Status{}}
-	for i := range s.observed.pods {
-		if name := s.observed.pods[i].Name; !slices.Contains(outdated, name) {
-			updated.pods = append(updated.pods, s.observed.pods[i])
-			updated.reports[name] = s.observed.reports[name]
+	updated := &ha.Observed{Reports: map[string]*agentapi.Status{}}
+	for i := range s.observed.Pods {
+		if name := s.observed.Pods[i].Name; !slices.Contains(outdated, name) {
+			updated.Pods = append(updated.Pods, s.observed.Pods[i])
+			updated.Reports[name] = s.observed.Reports[name]
 		}
 	}
-	target := chooseCandidate(updated, s.primary)
+	target := ha.ChooseCandidate(updated, s.primary)
 	if target == "" {
 		return waitFor(reasonUpdateWaiting, "the primary's pod template is outdated; waiting for an updated replica to switch over to"), nil
 	}
 	s.targetPrimary, s.switchoverReason = target, SwitchoverForUpdate
-	r.event(s.cluster, s.observed.pod(target), corev1.EventTypeNormal, "SwitchoverStarted", "Switchover",
+	r.event(s.cluster, s.observed.Pod(target), corev1.EventTypeNormal, "SwitchoverStarted", "Switchover",
 		"Switching over from %s to %s: %s", s.primary, target, SwitchoverForUpdate)
 	return switchingOver(fmt.Sprintf("switching over from %s to %s to update it", s.primary, target)), nil
 }
@@ -153,7 +154,7 @@ func outdatedPods(sts *appsv1.StatefulSet, pods []corev1.Pod) []string {
 		}
 		outdated = append(outdated, pods[i].Name)
 	}
-	slices.SortFunc(outdated, func(a, b string) int { return compareNames(b, a) })
+	slices.SortFunc(outdated, func(a, b string) int { return ha.CompareNames(b, a) })
 	if primary != "" {
 		outdated = append(outdated, primary)
 	}

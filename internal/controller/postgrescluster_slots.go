@@ -15,8 +15,8 @@ import (
 // dropRemovedSlots asks the primary's agent to drop the replication slots of instances the
 // cluster scaled away: unused, they would keep WAL on the primary forever.
 func (r *PostgresClusterReconciler) dropRemovedSlots(ctx context.Context, s *scope) (*stop, error) {
-	removed := removedSlots(s.cluster, s.observed.reports[s.primary])
-	pod := s.observed.pod(s.primary)
+	removed := removedSlots(s.cluster, s.observed.Reports[s.primary])
+	pod := s.observed.Pod(s.primary)
 	if len(removed) == 0 || pod == nil {
 		return nil, nil
 	}

@@ -9,6 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	pgv1 "github.com/pgpilot/pgpilot-operator/api/v1alpha1"
+	"github.com/pgpilot/pgpilot-operator/internal/ha"
 	"github.com/pgpilot/pgpilot-operator/internal/instance/agentapi"
 	"github.com/pgpilot/pgpilot-operator/internal/version"
 )
@@ -42,11 +43,11 @@ func assessHealth(s *scope) health {
 	if h.primary == "" && s.failure != nil {
 		h.primary = s.cluster.Status.CurrentPrimary
 	}
-	if pod := s.observed.pod(h.primary); pod != nil {
-		h.primaryReady = podReady(pod)
+	if pod := s.observed.Pod(h.primary); pod != nil {
+		h.primaryReady = ha.PodReady(pod)
 	}
-	h.unschedulable = unschedulable(s.observed.pods)
-	for name, report := range s.observed.reports {
+	h.unschedulable = unschedulable(s.observed.Pods)
+	for name, report := range s.observed.Reports {
 		switch {
 		case name == h.primary && report.Role == agentapi.RolePrimary:
 			h.primaryWritable = true
@@ -109,7 +110,7 @@ func summarize(s *scope) summary {
 		primaryReplacedAt: s.primaryReplacedAt,
 		now:               metav1.Now(),
 	}
-	if report := s.observed.reports[sum.primary]; report != nil && report.Role == agentapi.RolePrimary {
+	if report := s.observed.Reports[sum.primary]; report != nil && report.Role == agentapi.RolePrimary {
 		sum.timeline, sum.archive = report.Timeline, report.Archive
 	}
 	sum.backupConfigured, sum.backupProblem = s.cluster.Spec.Backup != nil, s.backupProblem
@@ -128,13 +129,13 @@ func summarize(s *scope) summary {
 
 // instancesStatus is each instance as its agent reported it, and its lag as the primary sees it.
 func instancesStatus(o *observed) []pgv1.InstanceStatus {
-	if o.reports == nil {
+	if o.Reports == nil {
 		return nil
 	}
-	statuses := make([]pgv1.InstanceStatus, 0, len(o.pods))
-	for i := range o.pods {
-		st := pgv1.InstanceStatus{Name: o.pods[i].Name, Ready: podReady(&o.pods[i]), Error: o.failures[o.pods[i].Name]}
-		if own, ok := o.reports[st.Name]; ok {
+	statuses := make([]pgv1.InstanceStatus, 0, len(o.Pods))
+	for i := range o.Pods {
+		st := pgv1.InstanceStatus{Name: o.Pods[i].Name, Ready: ha.PodReady(&o.Pods[i]), Error: o.Failures[o.Pods[i].Name]}
+		if own, ok := o.Reports[st.Name]; ok {
 			st.AgentVersion = agentapi.VersionOf(own)
 			st.Role, st.Timeline, st.Streaming = own.Role, own.Timeline, own.Streaming
 			st.PendingRestart = own.PendingRestart
@@ -147,7 +148,7 @@ func instancesStatus(o *observed) []pgv1.InstanceStatus {
 				st.LSN = own.ReplayLSN
 			}
 		}
-		for _, other := range o.reports {
+		for _, other := range o.Reports {
 			for _, replica := range other.Replicas {
 				if replica.ApplicationName == st.Name {
 					lag := replica.LagBytes

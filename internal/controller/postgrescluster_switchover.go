@@ -1,18 +1,15 @@
 package controller
 
 import (
-	"cmp"
 	"context"
 	"fmt"
-	"slices"
-	"strconv"
-	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 
 	pgv1 "github.com/pgpilot/pgpilot-operator/api/v1alpha1"
 	pgbuilder "github.com/pgpilot/pgpilot-operator/internal/builder"
+	"github.com/pgpilot/pgpilot-operator/internal/ha"
 	"github.com/pgpilot/pgpilot-operator/internal/instance/agentapi"
 )
 
@@ -41,11 +38,11 @@ func (r *PostgresClusterReconciler) switchover(ctx context.Context, s *scope) (*
 	}
 	old, target := s.cluster.Status.CurrentPrimary, s.targetPrimary
 	s.primary = old // the status keeps naming it until the target is promoted
-	targetReport := s.observed.reports[target]
+	targetReport := s.observed.Reports[target]
 	if targetReport != nil && targetReport.Role == agentapi.RolePrimary {
 		s.targetPrimary, s.switchoverLSN, s.switchoverReason = "", "", ""
 		recordPrimaryChange(s.cluster, "switchover")
-		r.event(s.cluster, s.observed.pod(target), corev1.EventTypeNormal, "SwitchoverCompleted", "Switchover",
+		r.event(s.cluster, s.observed.Pod(target), corev1.EventTypeNormal, "SwitchoverCompleted", "Switchover",
 			"%s is the primary on timeline %d; %s follows it", target, targetReport.Timeline, old)
 		return nil, nil // decidePrimary labels it
 	}
@@ -67,7 +64,7 @@ func (r *PostgresClusterReconciler) switchover(ctx context.Context, s *scope) (*
 		return st, nil
 	}
 	target = s.targetPrimary
-	pod := s.observed.pod(target)
+	pod := s.observed.Pod(target)
 	if pod == nil {
 		return switchingOver(fmt.Sprintf("waiting for the pod of %s", target)), nil
 	}
@@ -112,13 +109,13 @@ func (r *PostgresClusterReconciler) startSwitchover(s *scope) (*stop, error) {
 		return nil, nil
 	}
 	s.primary = current
-	report := s.observed.reports[target]
+	report := s.observed.Reports[target]
 	if report == nil || report.Role != agentapi.RoleReplica || !report.Streaming || !assessHealth(s).allReady() {
 		s.waiting = &reasonMessage{"SwitchoverWaiting", fmt.Sprintf("a switchover to %s waits for a healthy cluster in which it streams", target)}
 		return nil, nil
 	}
 	s.targetPrimary, s.switchoverRequest = target, target
-	r.event(s.cluster, s.observed.pod(target), corev1.EventTypeNormal, "SwitchoverStarted", "Switchover",
+	r.event(s.cluster, s.observed.Pod(target), corev1.EventTypeNormal, "SwitchoverStarted", "Switchover",
 		"Switching over from %s to %s", current, target)
 	return switchingOver(fmt.Sprintf("switching over from %s to %s", current, target)), nil
 }
@@ -127,7 +124,7 @@ func (r *PostgresClusterReconciler) startSwitchover(s *scope) (*stop, error) {
 // does not have, whatever else runs (a failover too), so the condition holds steady.
 func unknownSwitchoverTarget(s *scope) *reasonMessage {
 	target := s.cluster.Annotations[pgv1.SwitchoverAnnotation]
-	if target == "" || target == s.switchoverRequest || target == s.cluster.Status.CurrentPrimary || s.observed.pod(target) != nil {
+	if target == "" || target == s.switchoverRequest || target == s.cluster.Status.CurrentPrimary || s.observed.Pod(target) != nil {
 		return nil
 	}
 	return &reasonMessage{"SwitchoverTargetUnknown", fmt.Sprintf(
@@ -135,8 +132,8 @@ func unknownSwitchoverTarget(s *scope) *reasonMessage {
 }
 
 func (r *PostgresClusterReconciler) demoteForSwitchover(ctx context.Context, s *scope, old string) (*stop, error) {
-	pod := s.observed.pod(old)
-	if pod == nil || s.observed.reports[old] == nil {
+	pod := s.observed.Pod(old)
+	if pod == nil || s.observed.Reports[old] == nil {
 		return switchingOver(fmt.Sprintf("waiting for the agent of %s to answer, to demote it", old)), nil
 	}
 	demoted, err := r.agents().Demote(ctx, r.endpoint(s, pod))
@@ -155,49 +152,21 @@ func (r *PostgresClusterReconciler) demoteForSwitchover(ctx context.Context, s *
 // instance that has all of it becomes the target instead.
 func (r *PostgresClusterReconciler) awaitCatchUp(s *scope, old string) *stop {
 	target := s.targetPrimary
-	if report := s.observed.reports[target]; report != nil && replayedPast(report, s.switchoverLSN) {
+	if report := s.observed.Reports[target]; report != nil && ha.ReplayedPast(report, s.switchoverLSN) {
 		return nil
 	}
 	waiting := fmt.Sprintf("waiting for %s to replay the WAL of %s up to %s", target, old, s.switchoverLSN)
 	if started := s.cluster.Status.TargetPrimaryTimestamp; started != nil && time.Since(started.Time) < switchoverCatchUp {
 		return switchingOver(waiting)
 	}
-	instead := switchoverFallback(s.observed, old, target, s.switchoverLSN)
+	instead := ha.SwitchoverFallback(&s.observed.Observed, old, target, s.switchoverLSN)
 	if instead == "" {
 		return switchingOver(fmt.Sprintf("%s; no instance has replayed that far for %s", waiting, switchoverCatchUp))
 	}
 	s.targetPrimary = instead
-	r.event(s.cluster, s.observed.pod(instead), corev1.EventTypeWarning, "SwitchoverRetargeted", "Switchover",
+	r.event(s.cluster, s.observed.Pod(instead), corev1.EventTypeWarning, "SwitchoverRetargeted", "Switchover",
 		"%s did not replay the WAL of %s up to %s within %s; promoting %s, which did", target, old, s.switchoverLSN, switchoverCatchUp, instead)
 	return nil
-}
-
-// switchoverFallback is the instance to promote instead of a target that missed the end of the
-// old primary's WAL: one that replayed up to lsn, a replica (the furthest) before the old
-// primary, so that the primary moves as asked. "" when none has.
-func switchoverFallback(o *observed, old, target, lsn string) string {
-	var candidates []string
-	for name, report := range o.reports {
-		pod := o.pod(name)
-		if name != target && report.Role == agentapi.RoleReplica && pod != nil && pod.DeletionTimestamp.IsZero() && replayedPast(report, lsn) {
-			candidates = append(candidates, name)
-		}
-	}
-	if len(candidates) == 0 {
-		return ""
-	}
-	rank := func(name string) (isOld int, replayed uint64) {
-		if name == old {
-			isOld = 1
-		}
-		replayed, _ = parseLSN(o.reports[name].ReplayLSN)
-		return isOld, replayed
-	}
-	return slices.MinFunc(candidates, func(a, b string) int {
-		aOld, aReplayed := rank(a)
-		bOld, bReplayed := rank(b)
-		return cmp.Or(cmp.Compare(aOld, bOld), cmp.Compare(bReplayed, aReplayed), compareNames(a, b))
-	})
 }
 
 func switchingOver(message string) *stop {
@@ -213,22 +182,4 @@ func followerSlots(s *scope, target string) []string {
 		}
 	}
 	return slots
-}
-
-// replayedPast reports whether a standby has replayed WAL up to lsn.
-func replayedPast(report *agentapi.Status, lsn string) bool {
-	replayed, ok1 := parseLSN(report.ReplayLSN)
-	want, ok2 := parseLSN(lsn)
-	return ok1 && ok2 && replayed >= want
-}
-
-// parseLSN reads PostgreSQL's textual WAL position, two hexadecimal halves ("0/3000060").
-func parseLSN(lsn string) (uint64, bool) {
-	hi, lo, ok := strings.Cut(lsn, "/")
-	if !ok {
-		return 0, false
-	}
-	h, err1 := strconv.ParseUint(hi, 16, 32)
-	l, err2 := strconv.ParseUint(lo, 16, 32)
-	return h<<32 | l, err1 == nil && err2 == nil
 }

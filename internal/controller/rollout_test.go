@@ -11,6 +11,7 @@ import (
 
 	pgv1 "github.com/pgpilot/pgpilot-operator/api/v1alpha1"
 	pgbuilder "github.com/pgpilot/pgpilot-operator/internal/builder"
+	"github.com/pgpilot/pgpilot-operator/internal/ha"
 	"github.com/pgpilot/pgpilot-operator/internal/instance/agentapi"
 )
 
@@ -75,8 +76,8 @@ func TestWaitForReplacement(t *testing.T) {
 		{"not upgrading", pgv1.PhaseReady, []corev1.Pod{testPod("db-0", pgbuilder.RoleReplica, false), testPod("db-1", pgbuilder.RolePrimary, true)}, false},
 	} {
 		cluster := &pgv1.PostgresCluster{Spec: pgv1.PostgresClusterSpec{Instances: 2}, Status: pgv1.PostgresClusterStatus{Phase: tc.phase}}
-		s := &scope{cluster: cluster, observed: &observed{pods: tc.pods, reports: map[string]*agentapi.Status{
-			"db-1": {Role: agentapi.RolePrimary}, "db-0": {Role: agentapi.RoleReplica, Streaming: tc.name == "replacement streaming"}}},
+		s := &scope{cluster: cluster, observed: &observed{Observed: ha.Observed{Pods: tc.pods, Reports: map[string]*agentapi.Status{
+			"db-1": {Role: agentapi.RolePrimary}, "db-0": {Role: agentapi.RoleReplica, Streaming: tc.name == "replacement streaming"}}}},
 			primary: "db-1", statefulSet: &appsv1.StatefulSet{Status: appsv1.StatefulSetStatus{Replicas: 2, ReadyReplicas: int32(len(tc.pods))}}}
 		got := waitForReplacement(s)
 		if (got != nil) != tc.wait {

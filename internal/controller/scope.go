@@ -10,6 +10,7 @@ import (
 
 	pgv1 "github.com/pgpilot/pgpilot-operator/api/v1alpha1"
 	pgbuilder "github.com/pgpilot/pgpilot-operator/internal/builder"
+	"github.com/pgpilot/pgpilot-operator/internal/ha"
 	"github.com/pgpilot/pgpilot-operator/internal/instance/agentapi"
 )
 
@@ -78,16 +79,12 @@ type scope struct {
 	created, updated []string
 }
 
-// observed is what the instances look like now: read once per reconcile, before any decision.
+// observed is what the instances look like now (ha.Observed: the pods and the agents' reports),
+// and the token the agents were asked with.
 type observed struct {
-	// pods are the cluster's instance pods, as cached.
-	pods []corev1.Pod
+	ha.Observed
 	// token is the agents' bearer token; empty while the cache has not seen its Secret.
 	token string
-	// reports are the agents' answers by pod name, and failures why an agent did not answer;
-	// both are nil when the agents were not asked (no token yet).
-	reports  map[string]*agentapi.Status
-	failures map[string]string
 }
 
 type reasonMessage struct {
@@ -99,16 +96,6 @@ func newScope(cluster *pgv1.PostgresCluster) *scope {
 		targetPrimary: cluster.Status.TargetPrimary, switchoverLSN: cluster.Status.SwitchoverLSN,
 		failoverReason: cluster.Status.FailoverReason, switchoverRequest: cluster.Status.SwitchoverRequest,
 		switchoverReason: cluster.Status.SwitchoverReason, primaryReplacedAt: cluster.Status.PrimaryReplacedAt}
-}
-
-// pod is the instance pod named name, or nil.
-func (o *observed) pod(name string) *corev1.Pod {
-	for i := range o.pods {
-		if o.pods[i].Name == name {
-			return &o.pods[i]
-		}
-	}
-	return nil
 }
 
 // endpoint is how the operator reaches the agent of pod.

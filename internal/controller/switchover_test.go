@@ -14,6 +14,7 @@ import (
 
 	pgv1 "github.com/pgpilot/pgpilot-operator/api/v1alpha1"
 	pgbuilder "github.com/pgpilot/pgpilot-operator/internal/builder"
+	"github.com/pgpilot/pgpilot-operator/internal/ha"
 	"github.com/pgpilot/pgpilot-operator/internal/instance/agentapi"
 )
 
@@ -58,7 +59,7 @@ func (st *switchoverTest) reconcile(t *testing.T, reports map[string]*agentapi.S
 	cluster := st.cluster
 	s := newScope(cluster)
 	s.statefulSet = &appsv1.StatefulSet{Status: appsv1.StatefulSetStatus{Replicas: cluster.Spec.Instances, ReadyReplicas: cluster.Spec.Instances}}
-	s.observed = &observed{pods: st.pods, reports: reports}
+	s.observed = &observed{Observed: ha.Observed{Pods: st.pods, Reports: reports}}
 	result, err := st.r.switchover(context.Background(), s)
 	st.last = s
 	if err != nil {
@@ -177,45 +178,5 @@ func TestSwitchoverPromotesAnInstanceWithAllTheWALWhenTheTargetMissedTheEnd(t *t
 	}
 	if !slices.Equal(agents.promotedSlots, []string{"db_0", "db_1"}) {
 		t.Errorf("slots for the followers: %v", agents.promotedSlots)
-	}
-}
-
-// Only an instance that replayed the old primary's WAL to its end may be promoted instead: the
-// old primary itself when no replica has, and none, waiting, when not even it has.
-func TestSwitchoverFallback(t *testing.T) {
-	replica := func(replayed string) *agentapi.Status {
-		return &agentapi.Status{Role: agentapi.RoleReplica, ReplayLSN: replayed}
-	}
-	for _, tc := range []struct {
-		name    string
-		reports map[string]*agentapi.Status
-		want    string
-	}{
-		{"another replica first", map[string]*agentapi.Status{"db-0": replica("0/3000108"), "db-1": replica("0/30000F0"), "db-2": replica("0/3000108")}, "db-2"},
-		{"the furthest replica", map[string]*agentapi.Status{"db-0": replica("0/3000108"), "db-1": replica("0/30000F0"), "db-2": replica("0/3000108"), "db-3": replica("0/3000200")}, "db-3"},
-		{"the old primary when no replica has it all", map[string]*agentapi.Status{"db-0": replica("0/3000108"), "db-1": replica("0/30000F0"), "db-2": replica("0/3000000")}, "db-0"},
-		{"none when not even the old primary has", map[string]*agentapi.Status{"db-0": replica("0/3000000"), "db-1": replica("0/30000F0")}, ""},
-		{"never a primary", map[string]*agentapi.Status{"db-0": replica("0/3000000"), "db-2": {Role: agentapi.RolePrimary, ReplayLSN: "0/3000200"}}, ""},
-	} {
-		o := &observed{reports: tc.reports}
-		for name := range tc.reports {
-			o.pods = append(o.pods, testPod(name, pgbuilder.RoleReplica, true))
-		}
-		if got := switchoverFallback(o, "db-0", "db-1", "0/3000100"); got != tc.want {
-			t.Errorf("%s: %q, want %q", tc.name, got, tc.want)
-		}
-	}
-}
-
-func TestParseLSN(t *testing.T) {
-	for lsn, want := range map[string]uint64{"0/3000060": 0x3000060, "1/0": 1 << 32, "A/FF": 0xA<<32 | 0xFF} {
-		if got, ok := parseLSN(lsn); !ok || got != want {
-			t.Errorf("parseLSN(%q) = %x, %v", lsn, got, ok)
-		}
-	}
-	for _, bad := range []string{"", "3000060", "x/1"} {
-		if _, ok := parseLSN(bad); ok {
-			t.Errorf("parseLSN(%q) accepted", bad)
-		}
 	}
 }
