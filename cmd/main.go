@@ -225,7 +225,10 @@ func main() {
 		setupLog.Error(err, "cannot tell the operator's own image, which carries the instance agent")
 	}
 
+	// One memory of the clusters for both reconcilers: a deleted cluster is forgotten by both.
+	memory := &controller.Memory{}
 	if err := (&controller.PostgresClusterReconciler{
+		Memory:                  memory,
 		Client:                  mgr.GetClient(),
 		APIReader:               mgr.GetAPIReader(),
 		Recorder:                mgr.GetEventRecorder("pgpilot"),
@@ -239,6 +242,7 @@ func main() {
 		os.Exit(1)
 	}
 	if err := (&controller.BackupReconciler{
+		Memory:   memory,
 		Client:   mgr.GetClient(),
 		Recorder: mgr.GetEventRecorder("pgpilot"),
 	}).SetupWithManager(mgr); err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -44,8 +45,10 @@ type BackupReconciler struct {
 	Agents       BackupAgents
 	AgentAddress func(*corev1.Pod) string
 
-	// agentTLS is the operator's TLS client configuration per cluster (certificates.go).
-	agentTLS agentTLSConfigs
+	// Memory holds the operator's TLS client configuration per cluster (memory.go), shared
+	// with the cluster reconciler, which forgets deleted clusters; nil means its own.
+	Memory     *Memory
+	memoryOnce sync.Once
 }
 
 // +kubebuilder:rbac:groups=postgres.pgpilot.io,resources=backups,verbs=get;list;watch
@@ -213,7 +216,7 @@ func (r *BackupReconciler) endpoint(ctx context.Context, cluster *pgv1.PostgresC
 	}
 	e := &agentapi.Endpoint{Address: address, Token: string(secret.Data[corev1.BasicAuthPasswordKey])}
 	if podServesTLS(pod) {
-		config, err := r.agentTLS.load(ctx, r.Client, cluster)
+		config, err := r.memory().agentTLS.load(ctx, r.Client, cluster)
 		if err != nil || config == nil {
 			return nil, err
 		}

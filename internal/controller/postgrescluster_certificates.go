@@ -45,7 +45,7 @@ func (r *PostgresClusterReconciler) ensureCertificates(ctx context.Context, s *s
 			s.renewAt = at
 		}
 	}
-	config, err := r.agentTLS.forCluster(s.cluster, ca)
+	config, err := r.memory().agentTLS.forCluster(s.cluster, ca)
 	if err != nil {
 		return invalidUntilFixed(reasonCertificatesInvalid, err.Error()), nil
 	}
@@ -296,7 +296,7 @@ func (r *PostgresClusterReconciler) loadAgentTLS(ctx context.Context, s *scope) 
 	if s.agentTLS != nil {
 		return nil, nil
 	}
-	config, err := r.agentTLS.load(ctx, r.Client, s.cluster)
+	config, err := r.memory().agentTLS.load(ctx, r.Client, s.cluster)
 	if err != nil {
 		logf.FromContext(ctx).Info("the operator's client certificate is unusable; agents serving TLS are not asked", "error", err.Error())
 		return nil, nil

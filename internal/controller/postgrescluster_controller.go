@@ -81,12 +81,10 @@ type PostgresClusterReconciler struct {
 	// Now is the clock certificates are issued and renewed by; nil means time.Now.
 	Now func() time.Time
 
-	// agentTLS is the operator's TLS client configuration per cluster (certificates.go).
-	agentTLS agentTLSConfigs
-	// logNotices are the notable PostgreSQL log records already announced (lognotices.go).
-	logNotices logNoticesSeen
-	// unchanged lets reconciles that would find every owned object up to date skip comparing.
-	unchanged unchangedChildren
+	// Memory is what the process remembers of each cluster (memory.go); nil means its own. The
+	// backup reconciler shares it, so a deleted cluster is forgotten by both.
+	Memory     *Memory
+	memoryOnce sync.Once
 
 	leaseOnce    sync.Once
 	leaseTracker *leaseTracker
@@ -123,8 +121,7 @@ func (r *PostgresClusterReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 	cluster := &pgv1.PostgresCluster{}
 	if err := r.Get(ctx, req.NamespacedName, cluster); err != nil {
 		if apierrors.IsNotFound(err) {
-			r.unchanged.forget(req.NamespacedName)
-			r.agentTLS.forget(req.NamespacedName)
+			r.memory().forget(req.NamespacedName)
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
@@ -137,7 +134,7 @@ func (r *PostgresClusterReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 	r.announceWrites(s)
 	stale, statusErr := r.updateStatus(ctx, s, err)
 	if before, after := s.original.ResourceVersion, s.cluster.ResourceVersion; after != before {
-		r.unchanged.statusWritten(req.NamespacedName, before, after)
+		r.memory().unchanged.statusWritten(req.NamespacedName, before, after)
 	}
 	if err = errors.Join(err, statusErr); err != nil {
 		return ctrl.Result{}, err

@@ -153,7 +153,7 @@ var _ = Describe("PostgresCluster reconciler", func() {
 	It("heals drift of an idle cluster whose reconciles skip comparing unchanged children", func() {
 		key := client.ObjectKeyFromObject(cluster)
 		Eventually(func(g Gomega) {
-			record, ok := testReconciler.unchanged.get(key)
+			record, ok := testReconciler.memory().unchanged.get(key)
 			g.Expect(ok).To(BeTrue(), "no reconcile found every owned object up to date")
 			g.Expect(record.clusterVersion).To(Equal(fetch(cluster).ResourceVersion))
 			// ServiceAccount, Role, RoleBinding, ConfigMap, StatefulSet, 4 Services, PodDisruptionBudget.

@@ -17,8 +17,7 @@ import (
 // is left is to stop re-creating children and to say so in the status.
 func (r *PostgresClusterReconciler) reconcileDelete(ctx context.Context, cluster *pgv1.PostgresCluster) (ctrl.Result, error) {
 	r.leases().forget(cluster.UID)
-	r.logNotices.forget(types.NamespacedName{Namespace: cluster.Namespace, Name: cluster.Name})
-	r.unchanged.forget(types.NamespacedName{Namespace: cluster.Namespace, Name: cluster.Name})
+	r.memory().forget(types.NamespacedName{Namespace: cluster.Namespace, Name: cluster.Name})
 	if cluster.Status.Phase == pgv1.PhaseDeleting {
 		return ctrl.Result{}, nil
 	}

@@ -62,7 +62,7 @@ func (r *PostgresClusterReconciler) announceLogNotices(_ context.Context, s *sco
 			related = p
 		}
 		for _, n := range report.LogNotices {
-			if r.logNotices.announced(logNoticeKey{cluster, pod, n.Reason}, n.Count) {
+			if r.memory().logNotices.announced(logNoticeKey{cluster, pod, n.Reason}, n.Count) {
 				r.event(s.cluster, related, corev1.EventTypeWarning, n.Reason, "PostgreSQLLog", "%s: %s", pod, n.Message)
 			}
 		}

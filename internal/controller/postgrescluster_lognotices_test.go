@@ -56,7 +56,7 @@ func TestAnnounceLogNotices(t *testing.T) {
 	expectEvents()
 	announce(failedLogins(3))
 	expectEvents(event)
-	r.logNotices.forget(types.NamespacedName{Namespace: "ns", Name: "db"})
+	r.memory().logNotices.forget(types.NamespacedName{Namespace: "ns", Name: "db"})
 	announce(failedLogins(3))
 	expectEvents(event)
 }

@@ -90,7 +90,7 @@ func (s *scope) noteEnsured(live client.Object, written bool) {
 // owned object are as they were when last found up to date.
 func (r *PostgresClusterReconciler) skipUnchangedChildren(ctx context.Context, s *scope) (*stop, error) {
 	key := client.ObjectKeyFromObject(s.cluster)
-	record, ok := r.unchanged.get(key)
+	record, ok := r.memory().unchanged.get(key)
 	if !ok || record.clusterUID != s.cluster.UID || record.clusterVersion != s.cluster.ResourceVersion {
 		return nil, nil
 	}
@@ -133,7 +133,7 @@ func (r *PostgresClusterReconciler) rememberUnchangedChildren(_ context.Context,
 	if s.childrenUnchanged || s.childrenWritten || !s.tlsRequired {
 		return nil, nil
 	}
-	r.unchanged.set(client.ObjectKeyFromObject(s.cluster), ensuredRecord{clusterUID: s.cluster.UID,
+	r.memory().unchanged.set(client.ObjectKeyFromObject(s.cluster), ensuredRecord{clusterUID: s.cluster.UID,
 		clusterVersion: s.cluster.ResourceVersion, children: s.ensured, configHash: s.configHash})
 	return nil, nil
 }
