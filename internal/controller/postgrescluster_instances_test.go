@@ -23,9 +23,9 @@ import (
 	pgbuilder "github.com/pgpilot/pgpilot-operator/internal/builder"
 	"github.com/pgpilot/pgpilot-operator/internal/instance/agent"
 	"github.com/pgpilot/pgpilot-operator/internal/instance/agentapi"
-	"github.com/pgpilot/pgpilot-operator/internal/instance/pgtest"
 	"github.com/pgpilot/pgpilot-operator/internal/instance/postgres"
 	"github.com/pgpilot/pgpilot-operator/internal/version"
+	"github.com/pgpilot/pgpilot-operator/test/pgtest"
 )
 
 // These specs run real instance agents over real PostgreSQL servers in this process, with the

@@ -23,8 +23,8 @@ import (
 	pgbuilder "github.com/pgpilot/pgpilot-operator/internal/builder"
 	"github.com/pgpilot/pgpilot-operator/internal/instance/agent"
 	"github.com/pgpilot/pgpilot-operator/internal/instance/agentapi"
-	"github.com/pgpilot/pgpilot-operator/internal/instance/pgtest"
 	"github.com/pgpilot/pgpilot-operator/internal/instance/postgres"
+	"github.com/pgpilot/pgpilot-operator/test/pgtest"
 )
 
 // failoverBudget is how long a failover of a 2-instance cluster with real agents may take in

@@ -14,8 +14,8 @@ import (
 
 	"github.com/pgpilot/pgpilot-operator/internal/instance/agent"
 	"github.com/pgpilot/pgpilot-operator/internal/instance/agentapi"
-	"github.com/pgpilot/pgpilot-operator/internal/instance/pgtest"
 	"github.com/pgpilot/pgpilot-operator/internal/instance/postgres"
+	"github.com/pgpilot/pgpilot-operator/test/pgtest"
 )
 
 // A cluster's agent archives its WAL through `agent pgbackrest archive-push` (the operator's

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/pgpilot/pgpilot-operator/internal/instance/pgtest"
+	"github.com/pgpilot/pgpilot-operator/test/pgtest"
 )
 
 // project lays files out as the kubelet projects a ConfigMap: the content in a timestamped

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/pgpilot/pgpilot-operator/internal/instance/agentapi"
-	"github.com/pgpilot/pgpilot-operator/internal/instance/pgtest"
+	"github.com/pgpilot/pgpilot-operator/test/pgtest"
 )
 
 // A frozen primary (every PostgreSQL process stopped, its agent alive and renewing the Lease)

@@ -8,8 +8,8 @@ import (
 	"testing"
 
 	"github.com/pgpilot/pgpilot-operator/internal/instance/agentapi"
-	"github.com/pgpilot/pgpilot-operator/internal/instance/pgtest"
 	"github.com/pgpilot/pgpilot-operator/internal/instance/postgres"
+	"github.com/pgpilot/pgpilot-operator/test/pgtest"
 )
 
 // Failed logins to an agent's PostgreSQL, read from its JSON log, are counted in the agent's

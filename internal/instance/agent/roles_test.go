@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/pgpilot/pgpilot-operator/internal/instance/agentapi"
-	"github.com/pgpilot/pgpilot-operator/internal/instance/pgtest"
+	"github.com/pgpilot/pgpilot-operator/test/pgtest"
 )
 
 // A planned switchover through the agents' API, as the operator will run it: demote the

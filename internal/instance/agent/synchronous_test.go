@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/pgpilot/pgpilot-operator/internal/instance/agentapi"
-	"github.com/pgpilot/pgpilot-operator/internal/instance/pgtest"
+	"github.com/pgpilot/pgpilot-operator/test/pgtest"
 )
 
 func writeSynchronous(t *testing.T, a *pgtest.RunningAgent, durability string) {

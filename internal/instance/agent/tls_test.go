@@ -16,8 +16,8 @@ import (
 
 	"github.com/pgpilot/pgpilot-operator/internal/certs"
 	"github.com/pgpilot/pgpilot-operator/internal/instance/agentapi"
-	"github.com/pgpilot/pgpilot-operator/internal/instance/pgtest"
 	"github.com/pgpilot/pgpilot-operator/internal/instance/postgres"
+	"github.com/pgpilot/pgpilot-operator/test/pgtest"
 )
 
 // remoteAddress is a loopback address outside pg_hba.conf's 127.0.0.1/32 lines, so that a

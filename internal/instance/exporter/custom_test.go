@@ -10,7 +10,7 @@ import (
 
 	"github.com/pgpilot/pgpilot-operator/internal/instance/agentapi"
 	"github.com/pgpilot/pgpilot-operator/internal/instance/exporter"
-	"github.com/pgpilot/pgpilot-operator/internal/instance/pgtest"
+	"github.com/pgpilot/pgpilot-operator/test/pgtest"
 )
 
 // A file as postgres_exporter's users write them, with CloudNativePG's target_databases.

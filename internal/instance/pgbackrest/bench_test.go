@@ -14,7 +14,7 @@ import (
 
 	"github.com/pgpilot/pgpilot-operator/internal/instance/agentapi"
 	"github.com/pgpilot/pgpilot-operator/internal/instance/pgbackrest"
-	"github.com/pgpilot/pgpilot-operator/internal/instance/pgtest"
+	"github.com/pgpilot/pgpilot-operator/test/pgtest"
 )
 
 var benchMiB = flag.Int("backup-bench-mib", 1024, "size of BenchmarkBackupAndRestore's database, MiB")

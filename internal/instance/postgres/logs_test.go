@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pgpilot/pgpilot-operator/internal/instance/pgtest"
 	"github.com/pgpilot/pgpilot-operator/internal/instance/postgres"
+	"github.com/pgpilot/pgpilot-operator/test/pgtest"
 )
 
 // recordSink keeps the JSON records CollectLogs hands over.
