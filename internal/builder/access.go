@@ -7,8 +7,8 @@ import (
 	rbacv1ac "k8s.io/client-go/applyconfigurations/rbac/v1"
 	"k8s.io/utils/ptr"
 
+	"github.com/pgpilot/pgpilot-operator/api/agentapi"
 	pgv1 "github.com/pgpilot/pgpilot-operator/api/v1alpha1"
-	"github.com/pgpilot/pgpilot-operator/internal/instance/agentapi"
 )
 
 // The instance agents reach the API server for one thing: the cluster's primary Lease, which

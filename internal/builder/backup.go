@@ -6,8 +6,8 @@ import (
 	"path"
 	"strconv"
 
+	"github.com/pgpilot/pgpilot-operator/api/agentapi"
 	pgv1 "github.com/pgpilot/pgpilot-operator/api/v1alpha1"
-	"github.com/pgpilot/pgpilot-operator/internal/instance/agentapi"
 )
 
 // ArchiveCommand is archive_command: the agent runs pgBackRest with the repository's keys,

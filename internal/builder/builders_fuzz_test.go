@@ -4,8 +4,8 @@ import (
 	"encoding/json"
 	"testing"
 
+	"github.com/pgpilot/pgpilot-operator/api/agentapi"
 	pgv1 "github.com/pgpilot/pgpilot-operator/api/v1alpha1"
-	"github.com/pgpilot/pgpilot-operator/internal/instance/agentapi"
 )
 
 // FuzzBuilders feeds every builder the specs a client could send: any JSON that decodes into

@@ -11,8 +11,8 @@ import (
 
 	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
 
+	"github.com/pgpilot/pgpilot-operator/api/agentapi"
 	pgv1 "github.com/pgpilot/pgpilot-operator/api/v1alpha1"
-	"github.com/pgpilot/pgpilot-operator/internal/instance/agentapi"
 )
 
 // Paths inside an instance pod.

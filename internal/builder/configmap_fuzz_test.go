@@ -7,8 +7,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/pgpilot/pgpilot-operator/api/agentapi"
 	pgv1 "github.com/pgpilot/pgpilot-operator/api/v1alpha1"
-	"github.com/pgpilot/pgpilot-operator/internal/instance/agentapi"
 )
 
 // The test's own idea of a parameter pgpilot can write, independent of the builder's: a

@@ -6,8 +6,8 @@ import (
 
 	"sigs.k8s.io/randfill"
 
+	"github.com/pgpilot/pgpilot-operator/api/agentapi"
 	pgv1 "github.com/pgpilot/pgpilot-operator/api/v1alpha1"
-	"github.com/pgpilot/pgpilot-operator/internal/instance/agentapi"
 )
 
 // The reconciler skips comparing a cluster's owned objects when nothing but its status changed

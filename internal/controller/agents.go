@@ -8,7 +8,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
-	"github.com/pgpilot/pgpilot-operator/internal/instance/agentapi"
+	"github.com/pgpilot/pgpilot-operator/api/agentapi"
 )
 
 // AgentClient is what the reconciler asks of instance agents: agentapi.HTTPClient in the

@@ -15,9 +15,9 @@ import (
 
 	pgv1 "github.com/pgpilot/pgpilot-operator/api/v1alpha1"
 
+	"github.com/pgpilot/pgpilot-operator/api/agentapi"
 	pgbuilder "github.com/pgpilot/pgpilot-operator/internal/builder"
 	"github.com/pgpilot/pgpilot-operator/internal/ha"
-	"github.com/pgpilot/pgpilot-operator/internal/instance/agentapi"
 )
 
 // reconcilerWithLease talks to fake agents (by pod name) and to a fake API holding only the

@@ -12,8 +12,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/pgpilot/pgpilot-operator/api/agentapi"
 	pgbuilder "github.com/pgpilot/pgpilot-operator/internal/builder"
-	"github.com/pgpilot/pgpilot-operator/internal/instance/agentapi"
 )
 
 // CredentialsAnnotation on an instance pod names the credentials revision pgpilot last told it

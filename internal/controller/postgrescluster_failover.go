@@ -9,9 +9,9 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/pgpilot/pgpilot-operator/api/agentapi"
 	pgv1 "github.com/pgpilot/pgpilot-operator/api/v1alpha1"
 	"github.com/pgpilot/pgpilot-operator/internal/ha"
-	"github.com/pgpilot/pgpilot-operator/internal/instance/agentapi"
 )
 
 // failover replaces a failed primary, one idempotent step per reconcile: choose the replica

@@ -15,8 +15,8 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/pgpilot/pgpilot-operator/api/agentapi"
 	pgbuilder "github.com/pgpilot/pgpilot-operator/internal/builder"
-	"github.com/pgpilot/pgpilot-operator/internal/instance/agentapi"
 )
 
 // +kubebuilder:rbac:groups="",resources=serviceaccounts,verbs=get;list;watch;create;patch

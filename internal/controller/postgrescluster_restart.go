@@ -9,8 +9,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/pgpilot/pgpilot-operator/api/agentapi"
 	"github.com/pgpilot/pgpilot-operator/internal/ha"
-	"github.com/pgpilot/pgpilot-operator/internal/instance/agentapi"
 )
 
 // restartPending applies settings that only take effect at start: it restarts one instance at

@@ -15,8 +15,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/pgpilot/pgpilot-operator/api/agentapi"
 	pgv1 "github.com/pgpilot/pgpilot-operator/api/v1alpha1"
-	"github.com/pgpilot/pgpilot-operator/internal/instance/agentapi"
 )
 
 // Observed is how a cluster's instances are now, read once per reconcile before any decision.

@@ -11,8 +11,8 @@ import (
 	coordinationclient "k8s.io/client-go/kubernetes/typed/coordination/v1"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/pgpilot/pgpilot-operator/api/agentapi"
 	"github.com/pgpilot/pgpilot-operator/internal/instance/agent"
-	"github.com/pgpilot/pgpilot-operator/internal/instance/agentapi"
 )
 
 // agentUser is the identity the simulated primaries' agents renew their Leases as; the audit

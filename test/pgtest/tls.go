@@ -10,9 +10,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/pgpilot/pgpilot-operator/api/agentapi"
 	"github.com/pgpilot/pgpilot-operator/internal/certs"
 	"github.com/pgpilot/pgpilot-operator/internal/instance/agent"
-	"github.com/pgpilot/pgpilot-operator/internal/instance/agentapi"
 	"github.com/pgpilot/pgpilot-operator/internal/instance/postgres"
 )
 

@@ -12,9 +12,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pgpilot/pgpilot-operator/api/agentapi"
 	pgv1 "github.com/pgpilot/pgpilot-operator/api/v1alpha1"
 	"github.com/pgpilot/pgpilot-operator/internal/instance/agent"
-	"github.com/pgpilot/pgpilot-operator/internal/instance/agentapi"
 	"github.com/pgpilot/pgpilot-operator/internal/instance/postgres"
 	"github.com/pgpilot/pgpilot-operator/test/pgtest"
 )

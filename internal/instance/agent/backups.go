@@ -5,7 +5,7 @@ import (
 	"errors"
 	"time"
 
-	"github.com/pgpilot/pgpilot-operator/internal/instance/agentapi"
+	"github.com/pgpilot/pgpilot-operator/api/agentapi"
 	"github.com/pgpilot/pgpilot-operator/internal/instance/pgbackrest"
 )
 

@@ -9,8 +9,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/pgpilot/pgpilot-operator/api/agentapi"
 	"github.com/pgpilot/pgpilot-operator/internal/instance/agent"
-	"github.com/pgpilot/pgpilot-operator/internal/instance/agentapi"
 )
 
 // checks stands in for the running instance, so the operator's client and the agent's server

@@ -7,7 +7,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/pgpilot/pgpilot-operator/internal/instance/agentapi"
+	"github.com/pgpilot/pgpilot-operator/api/agentapi"
 )
 
 // LeaseKeeper is what an agent knows of its cluster's primary Lease, and how it renews it for

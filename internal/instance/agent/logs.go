@@ -14,7 +14,7 @@ import (
 
 	"github.com/go-logr/logr"
 
-	"github.com/pgpilot/pgpilot-operator/internal/instance/agentapi"
+	"github.com/pgpilot/pgpilot-operator/api/agentapi"
 )
 
 // postgresLog makes PostgreSQL's log part of the agent's: each of its JSON records (jsonlog,

@@ -9,7 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/pgpilot/pgpilot-operator/internal/instance/agentapi"
+	"github.com/pgpilot/pgpilot-operator/api/agentapi"
 )
 
 // A frozen primary (every PostgreSQL process stopped by a hung disk or a stuck kernel while the

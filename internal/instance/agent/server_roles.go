@@ -6,7 +6,7 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/pgpilot/pgpilot-operator/internal/instance/agentapi"
+	"github.com/pgpilot/pgpilot-operator/api/agentapi"
 )
 
 // roleChangeTimeout bounds a promotion or demotion: a fast shutdown, its immediate fallback,

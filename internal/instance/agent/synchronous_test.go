@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pgpilot/pgpilot-operator/internal/instance/agentapi"
+	"github.com/pgpilot/pgpilot-operator/api/agentapi"
 	"github.com/pgpilot/pgpilot-operator/test/pgtest"
 )
 

@@ -17,8 +17,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/pgpilot/pgpilot-operator/api/agentapi"
 	"github.com/pgpilot/pgpilot-operator/internal/certs"
-	"github.com/pgpilot/pgpilot-operator/internal/instance/agentapi"
 )
 
 // The cluster's certificates reach the pod as a projected Secret (Config.TLSDir), which the

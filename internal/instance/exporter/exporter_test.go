@@ -18,7 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
-	"github.com/pgpilot/pgpilot-operator/internal/instance/agentapi"
+	"github.com/pgpilot/pgpilot-operator/api/agentapi"
 	"github.com/pgpilot/pgpilot-operator/internal/instance/exporter"
 	"github.com/pgpilot/pgpilot-operator/internal/instance/postgres"
 	"github.com/pgpilot/pgpilot-operator/test/pgtest"
