@@ -63,7 +63,7 @@ func failoverSpecs(cluster **pgv1.PostgresCluster) {
 		})
 	})
 	It("fails over when every process of the primary's server freezes while its agent lives, and the old primary rejoins", func(ctx SpecContext) {
-		underFault(ctx, *cluster, "primary's server frozen (SIGSTOP)", rtoCrash, freezePostgres)
+		underFault(ctx, *cluster, "primary's server frozen (SIGSTOP)", rtoFrozen, freezePostgres)
 	})
 }
 

@@ -21,6 +21,9 @@ const (
 	// A crash (kill -9, a deleted pod, a frozen server): its agent answers, so no Lease has to
 	// lapse.
 	rtoCrash = 30 * time.Second
+	// A frozen server: noticed once it has not answered its agent for agentapi.UnresponsiveAfter
+	// (5 s), then fenced by its agent on the operator's order.
+	rtoFrozen = 45 * time.Second
 	// The operator killed with the primary: a new operator leads only after its leader Lease
 	// (20 s) and its container's restart.
 	rtoOperatorAndPrimary = 90 * time.Second
