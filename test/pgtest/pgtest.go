@@ -6,11 +6,13 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/user"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -62,14 +64,41 @@ func RunAs(t TB) *syscall.Credential {
 	return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}
 }
 
+// FreePort is a loopback port free now, for a server started a moment later. It is taken below
+// the kernel's ephemeral range: a port the kernel handed out (":0") is free again once this
+// returns, and any outgoing connection of any process may take it before the server binds it
+// (CI saw PostgreSQL fail with "Address already in use" that way). Below the range only
+// another test's random pick can collide.
 func FreePort(t TB) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	low := ephemeralLow()
+	for range 100 {
+		port := firstTestPort + rand.IntN(low-firstTestPort)
+		l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+		if err != nil {
+			continue
+		}
+		_ = l.Close()
+		return port
 	}
-	defer func() { _ = l.Close() }()
-	return l.Addr().(*net.TCPAddr).Port
+	t.Fatal("no free loopback port below the ephemeral range")
+	return 0
+}
+
+// firstTestPort is above the well-known and most registered service ports.
+const firstTestPort = 10000
+
+// ephemeralLow is the first port of the kernel's ephemeral range (32768 when unreadable).
+func ephemeralLow() int {
+	data, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err == nil {
+		if fields := strings.Fields(string(data)); len(fields) == 2 {
+			if low, err := strconv.Atoi(fields[0]); err == nil && low > firstTestPort+1000 {
+				return low
+			}
+		}
+	}
+	return 32768
 }
 
 func Cluster(parameters map[string]string) *pgv1.PostgresCluster {
