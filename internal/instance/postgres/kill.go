@@ -32,12 +32,35 @@ func (i *Instance) Kill() error {
 		_ = syscall.Kill(child, syscall.SIGKILL)
 	}
 	_ = i.postmaster.Process.Kill()
+	deadline := time.After(killExitWait)
 	select {
 	case <-i.exited:
-	case <-time.After(killExitWait):
-		listErr = errors.Join(listErr, fmt.Errorf("postmaster %d killed but not yet reaped after %s (uninterruptible I/O?)", pid, killExitWait))
+	case <-deadline:
+		return errors.Join(listErr, fmt.Errorf("postmaster %d killed but not yet reaped after %s (uninterruptible I/O?)", pid, killExitWait))
+	}
+	// The orphans die as the kernel delivers their SIGKILL; wait for that, so that "fenced"
+	// means gone (CI saw two of them still listed right after the fence).
+	for _, child := range children {
+		for exists(child) {
+			select {
+			case <-deadline:
+				return errors.Join(listErr, fmt.Errorf("process %d of postmaster %d killed but not gone after %s", child, pid, killExitWait))
+			case <-time.After(10 * time.Millisecond):
+			}
+		}
 	}
 	return listErr
+}
+
+// exists: the process runs or waits to run; a zombie (dead, not yet reaped) does not count.
+func exists(pid int) bool {
+	stat, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
+	if err != nil {
+		return false
+	}
+	end := bytes.LastIndexByte(stat, ')')
+	fields := bytes.Fields(stat[end+1:])
+	return len(fields) > 0 && string(fields[0]) != "Z" && string(fields[0]) != "X"
 }
 
 // ChildrenOf lists the processes whose parent is pid, from /proc.
