@@ -146,9 +146,7 @@ func (r *PostgresClusterReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 		if s.failure == nil && s.observed.Reports != nil && !assessHealth(s).allReady() {
 			health = min(health, settlingInterval)
 		}
-		if result.RequeueAfter == 0 || health < result.RequeueAfter {
-			result.RequeueAfter = health
-		}
+		result.RequeueAfter = sooner(result.RequeueAfter, health)
 	}
 	if due := s.renewAt.Sub(r.now()); !s.renewAt.IsZero() && (result.RequeueAfter == 0 || due < result.RequeueAfter) {
 		result.RequeueAfter = max(due, time.Second) // renew certificates in time

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	ctrl "sigs.k8s.io/controller-runtime"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
@@ -118,11 +119,17 @@ func soonest(r *PostgresClusterReconciler, ends []laneEnd) ctrl.Result {
 		if after == 0 {
 			after = r.notYet().RequeueAfter
 		}
-		if result.RequeueAfter == 0 || after < result.RequeueAfter {
-			result.RequeueAfter = after
-		}
+		result.RequeueAfter = sooner(result.RequeueAfter, after)
 	}
 	return result
+}
+
+// sooner is the earlier of two requeue delays, where zero means none.
+func sooner(a, b time.Duration) time.Duration {
+	if a == 0 || (b != 0 && b < a) {
+		return b
+	}
+	return a
 }
 
 // runLane runs stages in order until one stops or fails, and records why in the scope: the

@@ -58,8 +58,7 @@ func exists(pid int) bool {
 	if err != nil {
 		return false
 	}
-	end := bytes.LastIndexByte(stat, ')')
-	fields := bytes.Fields(stat[end+1:])
+	fields := statFields(stat)
 	return len(fields) > 0 && string(fields[0]) != "Z" && string(fields[0]) != "X"
 }
 
@@ -86,17 +85,23 @@ func ChildrenOf(pid int) ([]int, error) {
 	return children, nil
 }
 
-// parentOf reads the parent PID from a /proc/<pid>/stat line: "pid (comm) state ppid ...",
-// where comm may hold spaces and parentheses, so the fields are counted after the last ')'.
+// parentOf reads the parent PID from a /proc/<pid>/stat line.
 func parentOf(stat []byte) int {
-	end := bytes.LastIndexByte(stat, ')')
-	if end < 0 {
-		return 0
-	}
-	fields := bytes.Fields(stat[end+1:])
+	fields := statFields(stat)
 	if len(fields) < 2 {
 		return 0
 	}
 	ppid, _ := strconv.Atoi(string(fields[1]))
 	return ppid
+}
+
+// statFields are the fields of a /proc/<pid>/stat line after the command, from the state on:
+// "pid (comm) state ppid ...", where comm may hold spaces and parentheses, so they are counted
+// after the last ')'. nil for a line without one.
+func statFields(stat []byte) [][]byte {
+	end := bytes.LastIndexByte(stat, ')')
+	if end < 0 {
+		return nil
+	}
+	return bytes.Fields(stat[end+1:])
 }
