@@ -126,6 +126,33 @@ func (h HTTPClient) Fence(ctx context.Context, e Endpoint) (*Status, error) {
 	return answer, nil
 }
 
+// Detach stops the standby's WAL receiver and holds it off for DetachHold; the answer says for
+// how long it has been stopped. ErrWrongRole from a primary; ErrNotSupported from an agent
+// older than the order.
+func (h HTTPClient) Detach(ctx context.Context, e Endpoint, from string) (*Status, error) {
+	answer := &Status{}
+	if err := h.call(ctx, e, http.MethodPost, PathDetach, DetachRequest{From: from}, http.StatusOK, answer); err != nil {
+		return nil, fmt.Errorf("detach: %w", notFoundAs(conflictAs(err, ErrWrongRole), ErrNotSupported))
+	}
+	return answer, nil
+}
+
+// Attach lets a detached standby stream again.
+func (h HTTPClient) Attach(ctx context.Context, e Endpoint) error {
+	if err := h.call(ctx, e, http.MethodPost, PathAttach, nil, http.StatusOK, nil); err != nil {
+		return fmt.Errorf("attach: %w", notFoundAs(err, ErrNotSupported))
+	}
+	return nil
+}
+
+// notFoundAs names a 404 answer (a path the agent does not serve) by err.
+func notFoundAs(err, notFound error) error {
+	if status, ok := err.(statusError); ok && status.code == http.StatusNotFound {
+		return fmt.Errorf("%w: %s", notFound, status.body)
+	}
+	return err
+}
+
 // conflictAs names a 409 answer by the error the agent meant.
 func conflictAs(err, conflict error) error {
 	if status, ok := err.(statusError); ok && status.code == http.StatusConflict {

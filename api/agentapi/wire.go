@@ -30,6 +30,11 @@ const (
 	// to this instance, which then starts as the primary, or to another, which it then follows.
 	// It answers a Status once PostgreSQL is down.
 	PathFence = "/v1/fence"
+	// PathDetach, on a standby, stops its WAL receiver and holds it off (DetachRequest,
+	// answered by the Status): it no longer vouches for a primary the operator cannot reach,
+	// which then fences itself (docs/high-availability.md). PathAttach ends the hold.
+	PathDetach = "/v1/detach"
+	PathAttach = "/v1/attach"
 )
 
 // PromoteRequest names the physical replication slots the new primary creates, one for each
@@ -53,12 +58,21 @@ type DemoteResponse struct {
 // ErrWrongRole is a role change asked of an instance that does not have the role it needs.
 var ErrWrongRole = errors.New("the instance does not have the role this needs")
 
+// ErrNotSupported is an order the agent does not know: it is of an older release.
+var ErrNotSupported = errors.New("the agent does not support this request")
+
 // LocalSuperuserMap is the pg_ident.conf map through which the agent's OS user logs in as the
 // superuser over the local socket; pg_hba.conf's first line names it.
 const LocalSuperuserMap = "pgpilot"
 
 // ErrRestartInProgress is a restart request refused because one is already running.
 var ErrRestartInProgress = errors.New("a restart is already in progress")
+
+// DetachRequest orders a standby to stop streaming from From, the primary the operator
+// cannot reach, for DetachHold.
+type DetachRequest struct {
+	From string `json:"from"`
+}
 
 // Role names an instance reports.
 const (
@@ -92,6 +106,11 @@ type Status struct {
 	// ReceiveLSN and ReplayLSN are how far a replica has received and applied WAL.
 	ReceiveLSN string `json:"receiveLSN,omitempty"`
 	ReplayLSN  string `json:"replayLSN,omitempty"`
+	// DetachedFrom names the primary this standby was detached from (PathDetach), and
+	// DetachedMillis how long ago its WAL receiver was seen stopped for it; empty and 0 while it
+	// may stream (and from agents older than these fields).
+	DetachedFrom   string `json:"detachedFrom,omitempty"`
+	DetachedMillis int64  `json:"detachedMillis,omitempty"`
 	// Streaming is true on a replica whose WAL receiver streams from the primary.
 	Streaming bool `json:"streaming"`
 	// PendingRestart lists settings changed in the files that take effect only on a restart.

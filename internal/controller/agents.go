@@ -20,6 +20,8 @@ type AgentClient interface {
 	Promote(ctx context.Context, e agentapi.Endpoint, slots []string) (*agentapi.PromoteResponse, error)
 	Demote(ctx context.Context, e agentapi.Endpoint) (*agentapi.DemoteResponse, error)
 	Fence(ctx context.Context, e agentapi.Endpoint) (*agentapi.Status, error)
+	Detach(ctx context.Context, e agentapi.Endpoint, from string) (*agentapi.Status, error)
+	Attach(ctx context.Context, e agentapi.Endpoint) error
 }
 
 // AgentAddress is where an instance pod's agent listens: its pod IP and the agent port.
@@ -69,6 +71,16 @@ func (m measuredAgents) Demote(ctx context.Context, e agentapi.Endpoint) (answer
 func (m measuredAgents) Fence(ctx context.Context, e agentapi.Endpoint) (status *agentapi.Status, err error) {
 	defer func(start time.Time) { recordAgentCall("fence", start, err) }(time.Now())
 	return m.inner.Fence(ctx, e)
+}
+
+func (m measuredAgents) Detach(ctx context.Context, e agentapi.Endpoint, from string) (status *agentapi.Status, err error) {
+	defer func(start time.Time) { recordAgentCall("detach", start, err) }(time.Now())
+	return m.inner.Detach(ctx, e, from)
+}
+
+func (m measuredAgents) Attach(ctx context.Context, e agentapi.Endpoint) (err error) {
+	defer func(start time.Time) { recordAgentCall("attach", start, err) }(time.Now())
+	return m.inner.Attach(ctx, e)
 }
 
 func (r *PostgresClusterReconciler) agentAddress(pod *corev1.Pod) string {

@@ -2,8 +2,11 @@ package controller
 
 import (
 	"context"
+	"maps"
 	"slices"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	appsv1 "k8s.io/api/apps/v1"
@@ -29,8 +32,9 @@ func reconcilerWithLease(cluster *pgv1.PostgresCluster) (*PostgresClusterReconci
 		AgentAddress: func(p *corev1.Pod) string { return p.Name }}, agents, leases
 }
 
-// A failover moves on one step per reconcile: choose the replica with the most WAL, fence the
-// old primary through its agent, grant it the Lease, promote it, record it.
+// A failover goes as far as it can in one reconcile: choose the replica with the most WAL, make
+// sure the old primary is fenced, grant the target the Lease, promote it; the next reconcile
+// records it.
 func TestFailoverSteps(t *testing.T) {
 	cluster := testCluster(3)
 	cluster.Status.CurrentPrimary = "db-0"
@@ -61,18 +65,17 @@ func TestFailoverSteps(t *testing.T) {
 	// db-0's agent answers but is not primary-ready: it is not yet a failure while its pod is
 	// ready; once it says it is fenced, it is.
 	fenced := &agentapi.Status{Fenced: true, FencedReason: "postgres exited"}
+	agents.reports["db-1"], agents.reports["db-2"] = behind, ahead
 	st := reconcile(map[string]*agentapi.Status{"db-0": fenced, "db-1": behind, "db-2": ahead})
 	if st == nil || st.reason != "FailingOver" || cluster.Status.TargetPrimary != "db-2" {
 		t.Fatalf("start: %+v, target %q (want db-2, the most WAL received)", st, cluster.Status.TargetPrimary)
 	}
-	reconcile(map[string]*agentapi.Status{"db-0": fenced, "db-1": behind, "db-2": ahead})
 	if holder := leaseHolderIn(t, leases, cluster); holder != "db-2" {
 		t.Fatalf("lease names %q after the fence", holder)
 	}
-	if len(agents.promoted) != 0 {
-		t.Fatalf("promoted %v in the reconcile that granted the lease", agents.promoted)
+	if len(agents.detached) != 0 {
+		t.Errorf("detached %v from a primary whose agent answers fenced", agents.detached)
 	}
-	reconcile(map[string]*agentapi.Status{"db-0": fenced, "db-1": behind, "db-2": ahead})
 	if !slices.Equal(agents.promoted, []string{"db-2"}) || !slices.Equal(agents.promotedSlots, []string{"db_0", "db_1"}) {
 		t.Fatalf("promote: %v with slots %v", agents.promoted, agents.promotedSlots)
 	}
@@ -107,6 +110,58 @@ func TestFailoverWaitsForAnUnreachablePrimarysLease(t *testing.T) {
 	}
 	if holder := leaseHolderIn(t, leases, cluster); holder != "db-0" || len(agents.fenced) != 0 {
 		t.Fatalf("lease granted to %q (fence orders %v) while the holder's lease had not lapsed", holder, agents.fenced)
+	}
+}
+
+// An unreachable primary whose Lease lapsed is taken as fenced once every other instance has
+// been detached from it for PeersGoneWait, by their own answers: each reconcile orders the
+// detach again (keeping the hold), the grant waits for the least of their times, and the
+// standbys that are not promoted stream again at once.
+func TestUnreachablePrimaryIsFailedOverOnceEveryStandbyDetached(t *testing.T) {
+	cluster := testCluster(3)
+	cluster.Status.CurrentPrimary = "db-0"
+	r, agents, leases := reconcilerWithLease(cluster)
+	lease := &coordinationv1.Lease{}
+	if err := leases.Get(context.Background(), client.ObjectKey{Namespace: cluster.Namespace, Name: pgbuilder.PrimaryLeaseName(cluster)}, lease); err != nil {
+		t.Fatal(err)
+	}
+	r.leases().observe(cluster.UID, lease.ResourceVersion, time.Now().Add(-agentapi.LeaseExpiry)) // unrenewed since
+	pods := []corev1.Pod{testPod("db-0", pgbuilder.RoleReplica, false), testPod("db-1", pgbuilder.RoleReplica, true),
+		testPod("db-2", pgbuilder.RoleReplica, true)}
+	agents.reports["db-1"], agents.reports["db-2"] = replica("0/3000100", "0/3000000", true), replica("0/3000000", "0/3000000", true)
+	step := func(reports map[string]*agentapi.Status) *stop {
+		t.Helper()
+		s := newScope(cluster)
+		s.observed = &observed{Observed: ha.Observed{Pods: pods, Reports: reports, Failures: map[string]string{"db-0": "timeout"}}}
+		st, err := r.failover(context.Background(), s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cluster.Status.TargetPrimary, cluster.Status.FailoverReason = s.targetPrimary, s.failoverReason
+		return st
+	}
+	answering := map[string]*agentapi.Status{"db-1": agents.reports["db-1"], "db-2": agents.reports["db-2"]}
+	agents.detachedMillis = (agentapi.PeersGoneWait - time.Second).Milliseconds()
+	if st := step(answering); st == nil || !strings.Contains(st.message, "waiting 8s") || cluster.Status.TargetPrimary != "db-1" {
+		t.Fatalf("detached for less than PeersGoneWait: %+v, target %q", st, cluster.Status.TargetPrimary)
+	}
+	if want := map[string]string{"db-1": "db-0", "db-2": "db-0"}; !maps.Equal(agents.detached, want) || len(agents.attached) != 0 {
+		t.Fatalf("detached %v (want %v), attached %v", agents.detached, want, agents.attached)
+	}
+	// db-2 does not answer this time: it may stream again, whatever db-1 says.
+	agents.detachedMillis = agentapi.PeersGoneWait.Milliseconds()
+	if st := step(map[string]*agentapi.Status{"db-1": agents.reports["db-1"]}); st == nil || !strings.Contains(st.message, "db-2 may still stream") {
+		t.Fatalf("a standby not answering: %+v", st)
+	}
+	if holder := leaseHolderIn(t, leases, cluster); holder != "db-0" {
+		t.Fatalf("lease granted to %q while a standby may stream from db-0", holder)
+	}
+	step(answering)
+	if holder := leaseHolderIn(t, leases, cluster); holder != "db-1" || !slices.Equal(agents.promoted, []string{"db-1"}) {
+		t.Fatalf("lease %q, promoted %v: want db-1 granted and promoted", holder, agents.promoted)
+	}
+	if !slices.Equal(agents.attached, []string{"db-2"}) {
+		t.Errorf("attached %v after the grant, want db-2 (db-1 is promoted)", agents.attached)
 	}
 }
 
@@ -201,11 +256,9 @@ func TestFrozenPrimaryIsFencedOnOrderAndFailedOver(t *testing.T) {
 	if st := step(); st == nil || st.reason != "FailingOver" || cluster.Status.TargetPrimary != "db-1" {
 		t.Fatalf("start: %+v, target %q", st, cluster.Status.TargetPrimary)
 	}
-	step()
 	if !slices.Equal(agents.fenced, []string{"db-0"}) || leaseHolderIn(t, leases, cluster) != "db-1" {
 		t.Fatalf("fence orders %v, lease %q; want db-0 fenced on order, then the lease granted to db-1", agents.fenced, leaseHolderIn(t, leases, cluster))
 	}
-	step()
 	if !slices.Equal(agents.promoted, []string{"db-1"}) {
 		t.Fatalf("promoted %v", agents.promoted)
 	}

@@ -14,29 +14,47 @@ func replica(received, replayed string, streaming bool) *agentapi.Status {
 }
 
 // An unreachable holder counts as fenced only once this process watched its Lease stay
-// unrenewed for LeaseExpiry and no standby stream for PeersGoneWait after that.
+// unrenewed for LeaseExpiry and every other instance was detached from it for PeersGoneWait.
 func TestLeaseLapse(t *testing.T) {
 	tracker := (&PostgresClusterReconciler{}).leases()
 	uid, start := types.UID("c"), time.Now()
 	tracker.observe(uid, "1", start)
-	if lapsed, _ := tracker.leaseLapsed(uid, false, start.Add(agentapi.LeaseExpiry-time.Second)); lapsed {
+	if lapsed, _ := tracker.leaseLapsed(uid, time.Hour, "", start.Add(agentapi.LeaseExpiry-time.Second)); lapsed {
 		t.Fatal("lapsed before LeaseExpiry")
 	}
 	tracker.observe(uid, "2", start.Add(10*time.Second)) // renewed: the clock starts again
 	at := start.Add(10*time.Second + agentapi.LeaseExpiry)
-	if lapsed, why := tracker.leaseLapsed(uid, true, at); lapsed {
-		t.Fatalf("lapsed while a standby streams: %s", why)
+	if lapsed, why := tracker.leaseLapsed(uid, time.Hour, "db-2 may still stream from it", at); lapsed || why != "db-2 may still stream from it" {
+		t.Fatalf("lapsed while a standby may stream: %v %s", lapsed, why)
 	}
-	if lapsed, _ := tracker.leaseLapsed(uid, false, at); lapsed {
-		t.Fatal("lapsed the moment the standbys stopped streaming")
+	if lapsed, _ := tracker.leaseLapsed(uid, agentapi.PeersGoneWait-time.Millisecond, "", at); lapsed {
+		t.Fatal("lapsed before every standby was detached for PeersGoneWait")
 	}
-	if lapsed, why := tracker.leaseLapsed(uid, false, at.Add(agentapi.PeersGoneWait)); !lapsed {
+	if lapsed, why := tracker.leaseLapsed(uid, agentapi.PeersGoneWait, "", at); !lapsed {
 		t.Fatalf("not lapsed after PeersGoneWait: %s", why)
 	}
-	// The timing argument: the agent fences itself before the operator may promote.
-	if agentapi.LeaseExpiry <= agentapi.LeaseFenceAfter+agentapi.LeaseRequestTimeout+2*time.Second ||
-		agentapi.PeersGoneWait <= agentapi.PeerWindow+2*time.Second {
-		t.Error("the operator's waits do not cover the agent's fencing bound")
+}
+
+// The timing argument (docs/high-availability.md): the old primary stops before the operator
+// may grant its Lease, by both of its rules, with a margin; and a detached standby's hold
+// outlasts the operator's step from its answer to the grant (one agent request at most).
+func TestTimingArgument(t *testing.T) {
+	const check, immediateShutdown, margin = time.Second, time.Second, 2 * time.Second
+	if 2*agentapi.LeaseGuardInterval > check {
+		t.Errorf("the lease guard checks every %s (with its look at the replies), over the %s the argument allows", 2*agentapi.LeaseGuardInterval, check)
+	}
+	if fence := agentapi.LeaseFenceAfter + check + immediateShutdown; agentapi.LeaseExpiry < fence+margin {
+		t.Errorf("LeaseExpiry %s: the isolated primary may run until %s after its last renewal", agentapi.LeaseExpiry, fence)
+	}
+	noted := check // a reply's arrival is noted within one look
+	if fence := agentapi.PeerWindow + noted + check + immediateShutdown; agentapi.PeersGoneWait < fence+margin {
+		t.Errorf("PeersGoneWait %s: the isolated primary may run until %s after its last standby detached", agentapi.PeersGoneWait, fence)
+	}
+	if agentapi.DetachHold < 2*agentapi.DefaultRequestTimeout+agentapi.PeersGoneWait {
+		t.Errorf("DetachHold %s is too short to outlast a reconcile's step to the grant", agentapi.DetachHold)
+	}
+	if agentapi.LeaseRenewInterval+agentapi.LeaseRequestTimeout > agentapi.LeaseFenceAfter {
+		t.Error("a primary would fence itself before a second renewal could be tried")
 	}
 }
 

@@ -18,10 +18,15 @@ type fakeAgents struct {
 	// promoted and demoted are the addresses asked to change role, in order.
 	promoted, demoted, fenced []string
 	promotedSlots             []string
+	// detached are the addresses ordered to detach, by the primary named; detachedMillis what
+	// they answer; attached the addresses told to attach, in order.
+	detached       map[string]string
+	detachedMillis int64
+	attached       []string
 }
 
 func newFakeAgents() *fakeAgents {
-	return &fakeAgents{reports: map[string]*agentapi.Status{}, busy: map[string]bool{}, drops: map[string][]string{}}
+	return &fakeAgents{reports: map[string]*agentapi.Status{}, busy: map[string]bool{}, drops: map[string][]string{}, detached: map[string]string{}}
 }
 
 func (f *fakeAgents) Status(_ context.Context, e agentapi.Endpoint) (*agentapi.Status, error) {
@@ -72,5 +77,30 @@ func (f *fakeAgents) Restart(_ context.Context, e agentapi.Endpoint) error {
 		return agentapi.ErrRestartInProgress
 	}
 	f.restarts = append(f.restarts, e.Address)
+	return nil
+}
+
+func (f *fakeAgents) Detach(_ context.Context, e agentapi.Endpoint, from string) (*agentapi.Status, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	report, ok := f.reports[e.Address]
+	switch {
+	case !ok:
+		return nil, fmt.Errorf("connection refused")
+	case report.Role != agentapi.RoleReplica:
+		return nil, agentapi.ErrWrongRole
+	}
+	f.detached[e.Address] = from
+	return &agentapi.Status{Role: agentapi.RoleReplica, DetachedFrom: from, DetachedMillis: f.detachedMillis}, nil
+}
+
+func (f *fakeAgents) Attach(_ context.Context, e agentapi.Endpoint) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if _, ok := f.reports[e.Address]; !ok {
+		return fmt.Errorf("connection refused")
+	}
+	f.attached = append(f.attached, e.Address)
+	delete(f.detached, e.Address)
 	return nil
 }

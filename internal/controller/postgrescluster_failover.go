@@ -14,12 +14,13 @@ import (
 	"github.com/pgpilot/pgpilot-operator/internal/ha"
 )
 
-// failover replaces a failed primary, one idempotent step per reconcile: choose the replica
-// holding the most WAL (status.targetPrimary, with the reason), take the old primary out of the
-// -rw Service, make sure it cannot accept writes (fenced on order, Lease given up, or Lease
-// lapsed with no standby left to vouch for it), grant the Lease to the target, promote it, and
-// hand over to decidePrimary, which labels it. The replicas follow the new timeline through the
-// -rw Service; the old primary rejoins as a standby on its own (its agent obeys the Lease).
+// failover replaces a failed primary, in idempotent steps that follow each other in one
+// reconcile as far as they can: choose the replica holding the most WAL (status.targetPrimary,
+// with the reason), take the old primary out of the -rw Service, make sure it cannot accept
+// writes (fenced on order, Lease given up, or Lease lapsed with no standby left to vouch for
+// it), grant the Lease to the target, promote it, and hand over to decidePrimary, which labels
+// it. The replicas follow the new timeline through the -rw Service; the old primary rejoins as
+// a standby on its own (its agent obeys the Lease).
 func (r *PostgresClusterReconciler) failover(ctx context.Context, s *scope) (*stop, error) {
 	current := s.cluster.Status.CurrentPrimary
 	if current == "" || (s.targetPrimary != "" && s.failoverReason == "") {
@@ -29,11 +30,14 @@ func (r *PostgresClusterReconciler) failover(ctx context.Context, s *scope) (*st
 		if ha.ClaimsOtherThan(&s.observed.Observed, current) {
 			return nil, nil // a completed switchover or failover: decidePrimary records it, or refuses two claims
 		}
-		return r.detectFailure(ctx, s, current)
+		if stop, err := r.detectFailure(ctx, s, current); stop != nil || err != nil || s.failoverReason == "" {
+			return stop, err
+		}
 	}
 	s.primary = current
 	target := s.targetPrimary
 	if report := s.observed.Reports[target]; report != nil && report.Role == agentapi.RolePrimary {
+		r.attachPeers(ctx, s, target)
 		recordPrimaryChange(s.cluster, "failover")
 		r.event(s.cluster, s.observed.Pod(target), corev1.EventTypeNormal, "FailoverCompleted", "Failover",
 			"%s is the primary on timeline %d; %s was fenced and rejoins as a standby", target, report.Timeline, current)
@@ -51,12 +55,15 @@ func (r *PostgresClusterReconciler) failover(ctx context.Context, s *scope) (*st
 		// Back before the Lease moved (a pod that restarted quickly, a slow answer): nothing
 		// was granted, so the primary stays; decidePrimary labels it again.
 		s.targetPrimary, s.failoverReason = "", ""
+		r.attachPeers(ctx, s, "")
 		r.event(s.cluster, s.observed.Pod(current), corev1.EventTypeNormal, "FailoverCancelled", "Failover",
 			"%s answers as the primary again before the primary lease moved; it stays the primary", current)
 		return nil, nil
 	}
 	if leaseHolder(lease) != target {
-		return r.fenceAndGrant(ctx, s, lease, target)
+		if stop, err := r.fenceAndGrant(ctx, s, lease, target); stop != nil || err != nil {
+			return stop, err
+		}
 	}
 	pod := s.observed.Pod(target)
 	if pod == nil || s.observed.Reports[target] == nil {
@@ -128,7 +135,7 @@ func (r *PostgresClusterReconciler) detectFailure(ctx context.Context, s *scope,
 	s.targetPrimary, s.failoverReason = candidate, problem
 	r.event(s.cluster, s.observed.Pod(candidate), corev1.EventTypeWarning, "FailoverStarted", "Failover",
 		"%s; failing over to %s, the replica holding the most WAL", problem, candidate)
-	return failingOver(fmt.Sprintf("%s; failing over to %s", problem, candidate)), nil
+	return nil, nil // the next steps follow at once
 }
 
 // restartFencedPrimary grants the Lease again to the fenced primary (a single instance whose
@@ -148,7 +155,8 @@ func (r *PostgresClusterReconciler) restartFencedPrimary(ctx context.Context, s 
 }
 
 // fenceAndGrant makes sure the Lease's holder cannot accept writes, then grants the Lease to
-// target. The -rw Service loses its endpoint first, whatever follows.
+// target and lets the standbys detached from the holder stream again; nil when granted. The
+// -rw Service loses its endpoint first, whatever follows.
 func (r *PostgresClusterReconciler) fenceAndGrant(ctx context.Context, s *scope, lease *coordinationv1.Lease, target string) (*stop, error) {
 	if err := r.labelRoles(ctx, s, ""); err != nil {
 		return nil, err
@@ -163,12 +171,13 @@ func (r *PostgresClusterReconciler) fenceAndGrant(ctx context.Context, s *scope,
 	}
 	r.event(s.cluster, s.observed.Pod(target), corev1.EventTypeNormal, "Fenced", "Failover",
 		"%s cannot accept writes (%s); the primary lease is granted to %s", cmp.Or(holder, "no instance"), why, target)
-	return failingOver(fmt.Sprintf("the primary lease is granted to %s; promoting it", target)), nil
+	r.attachPeers(ctx, s, target)
+	return nil, nil
 }
 
 // fenceHolder reports whether holder is known not to accept writes, and how it is known: it
 // gave the Lease up, its agent says it is fenced or fences it now on order, or it cannot be
-// reached and its Lease lapsed with no standby streaming.
+// reached, its Lease lapsed and every other instance was detached from it long enough.
 func (r *PostgresClusterReconciler) fenceHolder(ctx context.Context, s *scope, holder string) (bool, string) {
 	if holder == "" {
 		return true, "it gave the primary lease up"
@@ -183,7 +192,8 @@ func (r *PostgresClusterReconciler) fenceHolder(ctx context.Context, s *scope, h
 			return true, "its agent stopped PostgreSQL on pgpilot's order"
 		}
 	}
-	return r.leases().leaseLapsed(s.cluster.UID, ha.ReplicasMayStream(&s.observed.Observed, holder), time.Now())
+	gone, unknown := r.peersGone(ctx, s, holder)
+	return r.leases().leaseLapsed(s.cluster.UID, gone, unknown, time.Now())
 }
 
 func failoverDelay(c *pgv1.PostgresCluster) time.Duration {

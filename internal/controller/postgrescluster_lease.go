@@ -115,7 +115,8 @@ type leaseTracker struct {
 	mu      sync.Mutex
 	created map[types.UID]bool
 	seen    map[types.UID]leaseSeen
-	// peersGone is when no standby was first seen streaming during a failover.
+	// peersGone is when no standby of an older release (without the detach order) was first
+	// seen streaming during a failover.
 	peersGone map[types.UID]time.Time
 	// failing is when the primary was first seen failed, for spec.failoverDelay.
 	failing map[types.UID]time.Time
@@ -233,13 +234,15 @@ func (t *leaseTracker) heardFrom(uid types.UID, primary string, answered bool) b
 	return t.heard[uid] == primary
 }
 
-// suspected: the primary went silent or is being failed over from.
-func (t *leaseTracker) suspected(uid types.UID) bool {
+// suspected: the primary went silent, is being failed over from, or its Lease went unrenewed
+// for leaseAlarmAfter.
+func (t *leaseTracker) suspected(uid types.UID, now time.Time) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	_, silent := t.silent[uid]
 	_, failing := t.failing[uid]
-	return silent || failing
+	seen, watched := t.seen[uid]
+	return silent || failing || (watched && now.Sub(seen.at) >= leaseAlarmAfter)
 }
 
 func (t *leaseTracker) forget(uid types.UID) {
@@ -254,18 +257,18 @@ func (t *leaseTracker) forget(uid types.UID) {
 }
 
 // leaseLapsed: the holder cannot be reached, and by now it has fenced itself: this process saw
-// its Lease unrenewed for LeaseExpiry, and no standby stream from it for PeersGoneWait (a
-// primary with a standby still replying keeps running, docs/high-availability.md).
-func (t *leaseTracker) leaseLapsed(uid types.UID, peersStreaming bool, now time.Time) (bool, string) {
+// its Lease unrenewed for LeaseExpiry, and every other instance has not streamed from it for
+// PeersGoneWait (a primary with a standby still replying keeps running,
+// docs/high-availability.md). peersGone is that time, or why it is unknown.
+func (t *leaseTracker) leaseLapsed(uid types.UID, peersGone time.Duration, unknown string, now time.Time) (bool, string) {
 	unchanged, _ := t.unchangedFor(uid, now)
-	gone := t.since(t.peersGone, uid, !peersStreaming, now)
 	switch {
 	case unchanged < agentapi.LeaseExpiry:
 		return false, fmt.Sprintf("its lease was renewed %s ago; it lapses after %s", unchanged.Round(time.Second), agentapi.LeaseExpiry)
-	case peersStreaming:
-		return false, "a standby still streams from it"
-	case gone < agentapi.PeersGoneWait:
-		return false, fmt.Sprintf("no standby has streamed from it for %s; waiting %s", gone.Round(time.Second), agentapi.PeersGoneWait)
+	case unknown != "":
+		return false, unknown
+	case peersGone < agentapi.PeersGoneWait:
+		return false, fmt.Sprintf("no standby has streamed from it for %s; waiting %s", peersGone.Round(100*time.Millisecond), agentapi.PeersGoneWait)
 	}
 	return true, ""
 }

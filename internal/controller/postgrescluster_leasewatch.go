@@ -22,8 +22,9 @@ import (
 // its kubelet can report nothing, and the node controller marks its pod unready only after its
 // grace period (40 s and more).
 
-// leaseAlarmAfter: two renewals missed.
-const leaseAlarmAfter = 2*agentapi.LeaseRenewInterval + time.Second
+// leaseAlarmAfter: a renewal missed, by a second. A false alarm costs one reconcile that asks
+// the agents and writes nothing.
+const leaseAlarmAfter = agentapi.LeaseRenewInterval + time.Second
 
 // leaseWatchHandler records each Lease version it sees and enqueues nothing for it. A deleted
 // Lease is forgotten and its cluster reconciled, which creates it again.

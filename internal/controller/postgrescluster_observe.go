@@ -76,7 +76,7 @@ func (r *PostgresClusterReconciler) askAgents(ctx context.Context, s *scope) (ma
 	reports, failures := map[string]*agentapi.Status{}, map[string]string{}
 	var mu sync.Mutex
 	var wg sync.WaitGroup
-	suspect := r.leases().suspected(s.cluster.UID)
+	suspect := r.leases().suspected(s.cluster.UID, time.Now())
 	for i := range s.observed.Pods {
 		pod := &s.observed.Pods[i]
 		wg.Go(func() {

@@ -35,6 +35,8 @@ type scope struct {
 	// targetPrimary and switchoverLSN are a running switchover's state, as the status has it
 	// and the switchover stage moves it on; with failoverReason, a failover's.
 	targetPrimary, switchoverLSN, failoverReason string
+	// detached are the instances ordered to detach from the old primary in this reconcile.
+	detached []string
 	// switchoverRequest is the switchover annotation's value last acted on; switchoverReason
 	// why a running switchover started (SwitchoverForUpdate, or empty for the annotation).
 	switchoverRequest, switchoverReason string

@@ -131,21 +131,6 @@ func ClaimsOtherThan(o *Observed, primary string) bool {
 	return false
 }
 
-// ReplicasMayStream: some instance other than the holder streams, or cannot tell (no answer).
-func ReplicasMayStream(o *Observed, holder string) bool {
-	for i := range o.Pods {
-		name := o.Pods[i].Name
-		if name == holder {
-			continue
-		}
-		report := o.Reports[name]
-		if report == nil || report.Streaming {
-			return true
-		}
-	}
-	return false
-}
-
 // SwitchoverFallback is the instance to promote instead of a target that missed the end of the
 // old primary's WAL: one that replayed up to lsn, a replica (the furthest) before the old
 // primary, so that the primary moves as asked. "" when none has.

@@ -34,6 +34,9 @@ type Options struct {
 	ConfigInterval time.Duration
 	// CloneRetry is the first delay between clone attempts; it grows to 30s.
 	CloneRetry time.Duration
+	// DetachHold is how long a standby stays detached without a new order; zero means
+	// agentapi.DetachHold.
+	DetachHold time.Duration
 	// MetricsListenAddress of the metrics endpoint; empty means every address on
 	// Config.MetricsPort.
 	MetricsListenAddress string
@@ -101,6 +104,8 @@ type Agent struct {
 	peerSeenAt  time.Time
 	peerReplies map[string]string
 	rejoined    *agentapi.Rejoin
+	// detached is a standby's hold off streaming on the operator's order (detach.go).
+	detached *detachment
 	// latest are the credentials last read (credsMu: the API reads the token); applied, those
 	// PostgreSQL was last given (the supervisor loop only).
 	credsMu sync.Mutex
@@ -120,6 +125,8 @@ type Agent struct {
 	responsive responsiveness
 	// stopRenewing: a fence is under way; the Lease is left to lapse.
 	stopRenewing atomic.Bool
+	// renewing: a renewal of the Lease runs (leaseguard.go).
+	renewing atomic.Bool
 }
 
 // Run bootstraps the instance if its data directory is empty, serves the API, starts
@@ -175,6 +182,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	a.Log.Info("agent started", "primary", a.Instance.Running() && a.isPrimary(), "fenced", a.fenced() != nil,
 		"api", listener.Addr().String(), "metrics", metricsAddress)
+	go a.guardLease(ctx)
 	return a.supervise(ctx)
 }
 
@@ -207,8 +215,9 @@ func (a *Agent) supervise(ctx context.Context) error {
 			// Not restarted here: the operator may be failing over already.
 			a.logFenceErr(a.fenceNow(fmt.Sprintf("postgres exited: %v", a.Instance.ExitErr()), a.keeper().Current().Transitions))
 		case now := <-ticker.C:
-			a.primaryTick(ctx, now)
+			a.primaryTick(ctx)
 			a.resolveFence(ctx)
+			a.endExpiredHold(ctx, now)
 			if now.Sub(lastConfigCheck) < a.Options.ConfigInterval || !a.Instance.Running() {
 				continue
 			}
@@ -360,6 +369,10 @@ func (a *Agent) Status(ctx context.Context) (*agentapi.Status, error) {
 		status.Metrics = queries.status()
 	}
 	status.LogNotices = a.logNotices()
+	if d := a.detachment(); d != nil && status.Role == agentapi.RoleReplica {
+		held := detachedStatus(d, time.Now())
+		status.DetachedFrom, status.DetachedMillis = held.DetachedFrom, held.DetachedMillis
+	}
 	return status, nil
 }
 

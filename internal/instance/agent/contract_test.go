@@ -3,6 +3,7 @@ package agent_test
 import (
 	"context"
 	"errors"
+	"net/http"
 	"net/http/httptest"
 	"reflect"
 	"slices"
@@ -20,6 +21,8 @@ type checks struct {
 	restarting    bool
 	dropped       []string
 	promotedSlots []string
+	detachedFrom  string
+	attached      bool
 }
 
 func (c *checks) Alive() bool                                      { return true }
@@ -44,6 +47,17 @@ func (c *checks) Fence(context.Context) (*agentapi.Status, error) {
 		return nil, agentapi.ErrWrongRole
 	}
 	return &agentapi.Status{Fenced: true, FencedReason: "fenced by the operator", LeaseTransitions: 4}, nil
+}
+func (c *checks) Detach(_ context.Context, from string) (*agentapi.Status, error) {
+	if c.status.Role != agentapi.RoleReplica {
+		return nil, agentapi.ErrWrongRole
+	}
+	c.detachedFrom = from
+	return &agentapi.Status{Role: agentapi.RoleReplica, DetachedFrom: from, DetachedMillis: 1500}, nil
+}
+func (c *checks) Attach(context.Context) error {
+	c.attached = true
+	return nil
 }
 func (c *checks) DropInactiveSlots(_ context.Context, names []string) ([]string, error) {
 	c.dropped = names
@@ -82,6 +96,12 @@ func TestClientAndServerAgree(t *testing.T) {
 	if _, err := client.Demote(ctx, endpoint); !errors.Is(err, agentapi.ErrWrongRole) {
 		t.Errorf("demote of a replica: %v, want ErrWrongRole", err)
 	}
+	if detached, err := client.Detach(ctx, endpoint, "db-0"); err != nil || detached.DetachedFrom != "db-0" || detached.DetachedMillis != 1500 || c.detachedFrom != "db-0" {
+		t.Errorf("detach: %+v (from %q), %v", detached, c.detachedFrom, err)
+	}
+	if err := client.Attach(ctx, endpoint); err != nil || !c.attached {
+		t.Errorf("attach: %v (attached %v)", err, c.attached)
+	}
 	c.status.Role = agentapi.RolePrimary
 	if demoted, err := client.Demote(ctx, endpoint); err != nil || demoted.ShutdownLSN != "0/3000100" || !demoted.Clean {
 		t.Errorf("demote: %+v, %v", demoted, err)
@@ -91,6 +111,15 @@ func TestClientAndServerAgree(t *testing.T) {
 	}
 	if fenced, err := client.Fence(ctx, endpoint); err != nil || !fenced.Fenced || fenced.LeaseTransitions != 4 {
 		t.Errorf("fence: %+v, %v", fenced, err)
+	}
+	if _, err := client.Detach(ctx, endpoint, "db-1"); !errors.Is(err, agentapi.ErrWrongRole) {
+		t.Errorf("detach of a primary: %v, want ErrWrongRole", err)
+	}
+	// An agent of an older release serves no detach: the operator falls back to watching streams.
+	older := httptest.NewServer(http.NotFoundHandler())
+	defer older.Close()
+	if _, err := client.Detach(ctx, agentapi.Endpoint{Address: strings.TrimPrefix(older.URL, "http://"), Token: token}, "db-1"); !errors.Is(err, agentapi.ErrNotSupported) {
+		t.Errorf("detach from an older agent: %v, want ErrNotSupported", err)
 	}
 	wrong := agentapi.Endpoint{Address: endpoint.Address, Token: "not-" + token}
 	if _, err := client.Status(ctx, wrong); err == nil || !strings.Contains(err.Error(), "401") {

@@ -68,6 +68,9 @@ func (a *Agent) applyCredentials(ctx context.Context, c agentapi.Credentials) er
 	if a.isPrimary() {
 		return postgres.EnsureRoles(ctx, conn, a.roles(c))
 	}
+	if a.detachment() != nil {
+		return nil // held off streaming: Attach sets the connection of then
+	}
 	_, err = postgres.EnsurePrimaryConnInfo(ctx, conn, a.primaryConnInfo(c), c.ReplicationPassword)
 	return err
 }

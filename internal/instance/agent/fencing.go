@@ -5,12 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"maps"
 	"os"
 	"path/filepath"
 	"time"
-
-	"github.com/jackc/pgx/v5"
 
 	"github.com/pgpilot/pgpilot-operator/api/agentapi"
 	"github.com/pgpilot/pgpilot-operator/internal/instance/postgres"
@@ -330,83 +327,6 @@ func (a *Agent) lastRejoin() *agentapi.Rejoin {
 	a.stateMu.Lock()
 	defer a.stateMu.Unlock()
 	return a.rejoined
-}
-
-// primaryTick is a running primary's work every second, over one local connection: note the
-// standbys' replies, keep the Lease (fencing when it is lost), set synchronous_standby_names.
-func (a *Agent) primaryTick(ctx context.Context, now time.Time) {
-	if a.fenced() != nil || !a.Instance.Running() || !a.isPrimary() {
-		return
-	}
-	local, cancel := context.WithTimeout(ctx, 2*time.Second)
-	defer cancel()
-	started := time.Now()
-	conn, err := a.connect(local)
-	if err == nil {
-		defer func() { _ = conn.Close(context.Background()) }()
-		a.responsive.noted(started, a.notePeers(local, conn, now))
-	} else {
-		a.responsive.noted(started, err)
-	}
-	a.keepLease(ctx, now)
-	if err == nil && a.fenced() == nil {
-		a.syncStandbys(local, conn)
-	}
-}
-
-// keepLease runs every tick on a running primary: renew when due; fence when the Lease went to
-// another instance, or when it could not be renewed for LeaseFenceAfter and no standby replied
-// within PeerWindow.
-func (a *Agent) keepLease(ctx context.Context, now time.Time) {
-	if a.stopRenewing.Load() {
-		return // being fenced
-	}
-	l, renewed, err := a.keeper().RenewIfDue(ctx, now)
-	if renewed && errors.Is(err, ErrLeaseConflict) && l.Holder != a.Config.PodName {
-		a.logFenceErr(a.fenceNow(fmt.Sprintf("the primary lease was granted to %q", l.Holder), l.Transitions))
-		return
-	}
-	if renewed && err != nil {
-		a.Log.Error(err, "renewing the primary lease failed")
-	}
-	a.stateMu.Lock()
-	sincePeer := now.Sub(a.peerSeenAt)
-	a.stateMu.Unlock()
-	sinceRenewal, transitions := a.keeper().SinceRenewal(now), a.keeper().Current().Transitions
-	if mustFence(sinceRenewal, sincePeer) {
-		a.logFenceErr(a.fenceNow(fmt.Sprintf("the primary lease was not renewed for %s and no standby replied for %s",
-			sinceRenewal.Round(time.Second), sincePeer.Round(time.Second)), transitions))
-	}
-}
-
-// mustFence is the self-fencing rule: the Lease lapsed (by this agent's clock) and no peer
-// vouches for this primary.
-func mustFence(sinceRenewal, sincePeer time.Duration) bool {
-	return sinceRenewal > agentapi.LeaseFenceAfter && sincePeer > agentapi.PeerWindow
-}
-
-func (a *Agent) logFenceErr(err error) {
-	if err != nil {
-		a.Log.Error(err, "fencing")
-	}
-}
-
-// notePeers records when a standby's reply last arrived: when any standby's reply time
-// changed since the previous tick.
-func (a *Agent) notePeers(ctx context.Context, conn *pgx.Conn, now time.Time) error {
-	replies, err := postgres.StandbyReplies(ctx, conn)
-	if err != nil {
-		return err
-	}
-	a.stateMu.Lock()
-	defer a.stateMu.Unlock()
-	for name, at := range replies {
-		if a.peerReplies[name] != at {
-			a.peerSeenAt = now
-		}
-	}
-	a.peerReplies = maps.Clone(replies)
-	return nil
 }
 
 // releaseLease gives the Lease up after a clean shutdown of the primary, so that the operator

@@ -24,6 +24,8 @@ type LeaseKeeper struct {
 	lease     Lease
 	renewedAt time.Time
 	attempted time.Time
+	// failed: the last renewal failed; the next is due LeaseRetryInterval after it.
+	failed bool
 }
 
 // Current is the Lease as last read or written.
@@ -79,11 +81,16 @@ func (k *LeaseKeeper) Renew(ctx context.Context) (Lease, error) {
 	return l, nil
 }
 
-// RenewIfDue renews when LeaseRenewInterval has passed since the last attempt; renewed says
-// whether it tried.
+// RenewIfDue renews when LeaseRenewInterval has passed since the last attempt, or
+// LeaseRetryInterval since a failed one; renewed says whether it tried. Only successful
+// renewals write, so retries cost the API server no writes while it cannot take them.
 func (k *LeaseKeeper) RenewIfDue(ctx context.Context, now time.Time) (l Lease, renewed bool, err error) {
 	k.mu.Lock()
-	due := now.Sub(k.attempted) >= agentapi.LeaseRenewInterval
+	wait := agentapi.LeaseRenewInterval
+	if k.failed {
+		wait = agentapi.LeaseRetryInterval
+	}
+	due := now.Sub(k.attempted) >= wait
 	if due {
 		k.attempted = now
 	}
@@ -92,6 +99,9 @@ func (k *LeaseKeeper) RenewIfDue(ctx context.Context, now time.Time) (l Lease, r
 		return k.Current(), false, nil
 	}
 	l, err = k.Renew(ctx)
+	k.mu.Lock()
+	k.failed = err != nil
+	k.mu.Unlock()
 	return l, true, err
 }
 

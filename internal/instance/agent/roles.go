@@ -38,6 +38,7 @@ func (a *Agent) Promote(ctx context.Context, slots []string) (*agentapi.PromoteR
 	if err := a.Instance.Promote(ctx); err != nil {
 		return nil, err
 	}
+	a.setDetachment(nil) // a primary streams from nobody
 	conn, err := a.connect(ctx)
 	if err != nil {
 		return nil, err

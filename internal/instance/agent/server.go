@@ -35,6 +35,10 @@ type Checks interface {
 	Demote(ctx context.Context) (*agentapi.DemoteResponse, error)
 	// Fence stops a primary at once and holds it down until the Lease is granted again.
 	Fence(ctx context.Context) (*agentapi.Status, error)
+	// Detach holds a standby off streaming from a primary the operator cannot reach; Attach
+	// ends the hold (detach.go).
+	Detach(ctx context.Context, from string) (*agentapi.Status, error)
+	Attach(ctx context.Context) error
 }
 
 // NewHandler serves the probes without authentication (the kubelet calls them) and the status

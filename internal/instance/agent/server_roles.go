@@ -36,6 +36,21 @@ func handleRoleChanges(mux *http.ServeMux, checks Checks, token func() string) {
 		answer, err := checks.Fence(ctx)
 		writeRoleChange(w, answer, err)
 	})))
+	mux.Handle("POST "+agentapi.PathDetach, requireToken(token, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var req agentapi.DetachRequest
+		if !decodeRequest(w, r, &req) {
+			return
+		}
+		ctx, cancel := context.WithTimeout(r.Context(), probeTimeout)
+		defer cancel()
+		answer, err := checks.Detach(ctx, req.From)
+		writeRoleChange(w, answer, err)
+	})))
+	mux.Handle("POST "+agentapi.PathAttach, requireToken(token, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), probeTimeout)
+		defer cancel()
+		writeRoleChange(w, struct{}{}, checks.Attach(ctx))
+	})))
 }
 
 func writeRoleChange(w http.ResponseWriter, answer any, err error) {

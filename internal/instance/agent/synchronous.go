@@ -15,8 +15,8 @@ import (
 )
 
 // syncStandbys sets the primary's synchronous_standby_names from the cluster's synchronous
-// configuration file (agentapi.SynchronousFile) and the standbys streaming now (notePeers'
-// last answer): in preferred mode a standby that stops streaming stops holding commits back
+// configuration file (agentapi.SynchronousFile) and the standbys streaming now (the lease
+// guard's last look): in preferred mode a standby that stops streaming stops holding commits back
 // within a tick.
 func (a *Agent) syncStandbys(ctx context.Context, conn *pgx.Conn) {
 	config, err := a.synchronousConfig()
