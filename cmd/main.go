@@ -91,14 +91,14 @@ func main() {
 	// The leader renews its Lease with a PUT every retry period, whatever the lease duration:
 	// at client-go's 2 s that is all of an idle operator's writes, so the period is 5 s. A
 	// failover needs a leading operator, so a crashed leader's successor must not wait long: the
-	// duration is 20 s (the primary lost with the operator fails over in about 25 s; it was 60 s).
-	// The price is the renew deadline: a leader that cannot renew for 15 s (an API-server
-	// outage) gives up and exits, and its successor takes over once the API server answers. A
-	// graceful exit releases the Lease. client-go refuses timings where the lease duration does
-	// not exceed the renew deadline, or the deadline does not exceed 1.2 retry periods.
-	flag.DurationVar(&leaseDuration, "leader-elect-lease-duration", 20*time.Second,
+	// duration is 15 s (it was 60 s, then 20 s). The price is the renew deadline: a leader that
+	// cannot renew for 10 s (two more tries after a failed one; an API-server outage) gives up
+	// and exits, and its successor takes over once the API server answers. A graceful exit
+	// releases the Lease. client-go refuses timings where the lease duration does not exceed the
+	// renew deadline, or the deadline does not exceed 1.2 retry periods.
+	flag.DurationVar(&leaseDuration, "leader-elect-lease-duration", 15*time.Second,
 		"How long a standby waits, from the leader's last renewal, before taking the Lease over.")
-	flag.DurationVar(&renewDeadline, "leader-elect-renew-deadline", 15*time.Second,
+	flag.DurationVar(&renewDeadline, "leader-elect-renew-deadline", 10*time.Second,
 		"How long the leader keeps retrying a failed renewal before it gives up leading and exits.")
 	flag.DurationVar(&retryPeriod, "leader-elect-retry-period", 5*time.Second,
 		"How often the leader renews the Lease, and a standby tries to acquire it.")

@@ -125,7 +125,6 @@ func TestUnreachablePrimaryIsFailedOverOnceEveryStandbyDetached(t *testing.T) {
 	if err := leases.Get(context.Background(), client.ObjectKey{Namespace: cluster.Namespace, Name: pgbuilder.PrimaryLeaseName(cluster)}, lease); err != nil {
 		t.Fatal(err)
 	}
-	r.leases().observe(cluster.UID, lease.ResourceVersion, time.Now().Add(-agentapi.LeaseExpiry)) // unrenewed since
 	pods := []corev1.Pod{testPod("db-0", pgbuilder.RoleReplica, false), testPod("db-1", pgbuilder.RoleReplica, true),
 		testPod("db-2", pgbuilder.RoleReplica, true)}
 	agents.reports["db-1"], agents.reports["db-2"] = replica("0/3000100", "0/3000000", true), replica("0/3000000", "0/3000000", true)
@@ -141,6 +140,14 @@ func TestUnreachablePrimaryIsFailedOverOnceEveryStandbyDetached(t *testing.T) {
 		return st
 	}
 	answering := map[string]*agentapi.Status{"db-1": agents.reports["db-1"], "db-2": agents.reports["db-2"]}
+	// A holder that still renews its Lease reaches the API server: no standby is detached from
+	// it, which would only hold its commits back.
+	r.leases().observe(cluster.UID, lease.ResourceVersion, time.Now())
+	if st := step(answering); st == nil || !strings.Contains(st.message, "renewed its lease") || len(agents.detached) != 0 {
+		t.Fatalf("a holder renewing its lease: %+v, detached %v", st, agents.detached)
+	}
+	r.leases().forget(cluster.UID)
+	r.leases().observe(cluster.UID, lease.ResourceVersion, time.Now().Add(-agentapi.LeaseExpiry)) // unrenewed since
 	agents.detachedMillis = (agentapi.PeersGoneWait - time.Second).Milliseconds()
 	if st := step(answering); st == nil || !strings.Contains(st.message, "waiting 8s") || cluster.Status.TargetPrimary != "db-1" {
 		t.Fatalf("detached for less than PeersGoneWait: %+v, target %q", st, cluster.Status.TargetPrimary)

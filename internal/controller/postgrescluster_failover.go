@@ -192,6 +192,11 @@ func (r *PostgresClusterReconciler) fenceHolder(ctx context.Context, s *scope, h
 			return true, "its agent stopped PostgreSQL on pgpilot's order"
 		}
 	}
+	if unchanged, _ := r.leases().unchangedFor(s.cluster.UID, time.Now()); unchanged < leaseAlarmAfter {
+		// It still reaches the API server: detached standbys would only hold its commits back.
+		r.attachPeers(ctx, s, "")
+		return false, fmt.Sprintf("it renewed its lease %s ago", unchanged.Round(time.Second))
+	}
 	gone, unknown := r.peersGone(ctx, s, holder)
 	return r.leases().leaseLapsed(s.cluster.UID, gone, unknown, time.Now())
 }

@@ -42,7 +42,7 @@ const (
 // operatorReacts bounds a wait for what the operator does at once (a Secret re-created, a
 // condition set). Not seconds: a failover spec SIGKILLs the operator while other specs run, and
 // its successor leads only once the killed one's Lease expired (--leader-elect-lease-duration,
-// 20 s; then a retry period, 5 s), after its container restarted.
+// 15 s; then a retry period, 5 s), after its container restarted.
 const operatorReacts = 2 * time.Minute
 
 // The deploy phase runs specs on several processes, and ends when its longest container does:
