@@ -38,6 +38,7 @@ var _ = Describe("Failover", Ordered, SpecPriority(slowSpecs), func() {
 
 	failoverSpecs(&cluster)
 	partitionSpec(&cluster)
+	apiServerCutSpec(&cluster)
 	imageRollSpec(&cluster)
 })
 

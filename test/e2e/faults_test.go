@@ -27,8 +27,11 @@ const (
 	// The operator killed with the primary: a new operator leads only after its leader Lease
 	// (20 s) and its container's restart.
 	rtoOperatorAndPrimary = 90 * time.Second
-	// Node loss and a partition: the old primary's Lease must lapse first.
+	// Node loss and a partition: the old primary's Lease must lapse first (12 s), and its
+	// standbys must have been detached from it for 8 s.
 	rtoLease = 90 * time.Second
+	// No failover at all (the primary cut off from the API server alone): writes must not stop.
+	rtoNone = 5 * time.Second
 )
 
 // freezePostgres stops every process of pod's PostgreSQL server (SIGSTOP), as a hung disk or a
