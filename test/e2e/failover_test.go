@@ -71,12 +71,16 @@ func failoverSpecs(cluster **pgv1.PostgresCluster) {
 // underFault runs fault on the primary's pod while a write checker writes, waits for a new
 // primary and every instance streaming again, and reports the figures; writes must resume within
 // budget.
-func underFault(ctx context.Context, cluster *pgv1.PostgresCluster, name string, budget time.Duration, fault func(*corev1.Pod)) {
+func underFault(ctx context.Context, cluster *pgv1.PostgresCluster, name string, budget time.Duration, fault func(*corev1.Pod),
+	options ...func(*writeChecker)) {
 	current := &pgv1.PostgresCluster{}
 	Expect(k8s.Get(ctx, client.ObjectKeyFromObject(cluster), current)).To(Succeed())
 	old := &corev1.Pod{}
 	Expect(k8s.Get(ctx, client.ObjectKey{Namespace: cluster.Namespace, Name: current.Status.CurrentPrimary}, old)).To(Succeed())
 	checker := startWriteChecker(ctx, cluster)
+	for _, option := range options {
+		option(checker)
+	}
 	time.Sleep(2 * time.Second) // writes acknowledged before the fault, too
 	start := time.Now()
 	checker.fault(budget)

@@ -216,6 +216,11 @@ var _ = Describe("Monitoring", Ordered, SpecPriority(slowSpecs), func() {
 			Expect(k8s.Delete(ctx, old)).To(Succeed())
 		})
 	})
+	// A crash is where asynchronous replication may lose what the primary acknowledged and had
+	// not sent yet: measured, not assumed (the report's "acknowledged but lost").
+	It("fails over when the primary's postmaster is killed with asynchronous replication, and reports what it lost", func(ctx SpecContext) {
+		underFault(ctx, cluster, "kill -9 of the primary's postmaster, 2 instances, asynchronous", rtoCrash, killPostmaster, measuresLoss)
+	})
 })
 
 // clusterPodNames are the names of the cluster's instance pods, and of those that are not its
