@@ -172,6 +172,44 @@ func TestUnreachablePrimaryIsFailedOverOnceEveryStandbyDetached(t *testing.T) {
 	}
 }
 
+// A primary on a lost node: its pod stays ready in the API, its agent does not answer and its
+// Lease is not renewed. One failed question is no failure (a slow answer on a loaded node); the
+// second in a row, with the Lease that old, starts the failover.
+func TestSilentPrimaryWithAStaleLeaseIsFailedOverOnTheSecondAsk(t *testing.T) {
+	cluster := testCluster(2)
+	cluster.Status.CurrentPrimary = "db-0"
+	r, agents, leases := reconcilerWithLease(cluster)
+	lease := &coordinationv1.Lease{}
+	if err := leases.Get(context.Background(), client.ObjectKey{Namespace: cluster.Namespace, Name: pgbuilder.PrimaryLeaseName(cluster)}, lease); err != nil {
+		t.Fatal(err)
+	}
+	r.leases().observe(cluster.UID, lease.ResourceVersion, time.Now().Add(-leaseAlarmAfter))
+	pods := []corev1.Pod{testPod("db-0", pgbuilder.RoleReplica, true), testPod("db-1", pgbuilder.RoleReplica, true)}
+	agents.reports["db-1"] = replica("0/3000000", "0/3000000", true)
+	step := func(reports map[string]*agentapi.Status) *stop {
+		t.Helper()
+		s := newScope(cluster)
+		s.observed = &observed{Observed: ha.Observed{Pods: pods, Reports: reports, Failures: map[string]string{"db-0": "timeout"}}}
+		st, err := r.failover(context.Background(), s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cluster.Status.TargetPrimary, cluster.Status.FailoverReason = s.targetPrimary, s.failoverReason
+		return st
+	}
+	step(map[string]*agentapi.Status{"db-0": {Role: agentapi.RolePrimary}, "db-1": agents.reports["db-1"]}) // heard as the primary
+	if st := step(map[string]*agentapi.Status{"db-1": agents.reports["db-1"]}); st == nil || st.reason != "PrimaryNotAnswering" || cluster.Status.TargetPrimary != "" {
+		t.Fatalf("the first silence: %+v, target %q", st, cluster.Status.TargetPrimary)
+	}
+	time.Sleep(10 * time.Millisecond)
+	if st := step(map[string]*agentapi.Status{"db-1": agents.reports["db-1"]}); st == nil || st.reason != "FailingOver" || cluster.Status.TargetPrimary != "db-1" {
+		t.Fatalf("the second silence: %+v, target %q", st, cluster.Status.TargetPrimary)
+	}
+	if agents.detached["db-1"] != "db-0" {
+		t.Errorf("detached %v in the reconcile that started the failover, want db-1 from db-0", agents.detached)
+	}
+}
+
 // With no replica to take over, a fenced primary gets the Lease back and starts again: a
 // single instance after its pod restarted or its PostgreSQL crashed.
 func TestFencedPrimaryWithoutCandidateRestarts(t *testing.T) {

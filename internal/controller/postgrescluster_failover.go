@@ -84,8 +84,10 @@ func (r *PostgresClusterReconciler) detectFailure(ctx context.Context, s *scope,
 	// Agents not asked (no token or client certificate yet) are not silent: nothing is known.
 	silent := heard && s.observed.Reports != nil && ha.PrimarySilent(&s.observed.Observed, current)
 	silentFor := r.leases().since(r.leases().silent, s.cluster.UID, silent, time.Now())
-	if unrenewed, seen := r.leases().unchangedFor(s.cluster.UID, time.Now()); silent && seen {
-		silentFor = max(silentFor, unrenewed) // no sign of life either way
+	if unrenewed, seen := r.leases().unchangedFor(s.cluster.UID, time.Now()); silent && seen && silentFor > 0 {
+		// No sign of life either way; asked twice in a row at least, so that one slow answer
+		// on a loaded node while the Lease is late is no failure.
+		silentFor = max(silentFor, unrenewed)
 	}
 	problem := ha.PrimaryProblem(&s.observed.Observed, current, silentFor)
 	failingFor := r.leases().since(r.leases().failing, s.cluster.UID, problem != "", time.Now())
