@@ -30,7 +30,8 @@ const (
 	// Node loss and a partition: the old primary's Lease must lapse first (12 s), and its
 	// standbys must have been detached from it for 8 s.
 	rtoLease = 90 * time.Second
-	// No failover at all (the primary cut off from the API server alone): writes must not stop.
+	// No failover at all (the primary cut off from the API server alone): no gap between
+	// acknowledged writes may be longer than this.
 	rtoNone = 5 * time.Second
 )
 
