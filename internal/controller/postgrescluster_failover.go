@@ -77,6 +77,10 @@ func (r *PostgresClusterReconciler) failover(ctx context.Context, s *scope) (*st
 	return failingOver(fmt.Sprintf("%s promoted; waiting for its agent to report it", target)), nil
 }
 
+// silentAskAgain: a primary whose agent did not answer is asked again this soon (each question
+// is bounded by unreadyAgentTimeout): on a lost node the second silence starts the failover.
+const silentAskAgain = 250 * time.Millisecond
+
 // detectFailure starts a failover once the primary has been failed for spec.failoverDelay and
 // a replica can take over.
 func (r *PostgresClusterReconciler) detectFailure(ctx context.Context, s *scope, current string) (*stop, error) {
@@ -100,7 +104,7 @@ func (r *PostgresClusterReconciler) detectFailure(ctx context.Context, s *scope,
 		}
 		return &stop{reasonMessage: reasonMessage{"PrimaryNotAnswering", fmt.Sprintf(
 			"the agent of the primary %s does not answer (%s); it counts as failed after %s", current,
-			s.observed.Failures[current], ha.AgentSilenceLimit)}, retry: true, after: time.Second}, nil
+			s.observed.Failures[current], ha.AgentSilenceLimit)}, retry: true, after: silentAskAgain}, nil
 	}
 	if s.primaryReplacedAt != nil && time.Since(s.primaryReplacedAt.Time) < primaryReplaceHold {
 		// pgpilot replaces this pod on purpose (primaryUpdateMethod restart): no failover.
