@@ -157,14 +157,19 @@ func TestFencedPrimaryWaitsForTheLeaseThenRejoins(t *testing.T) {
 	}
 }
 
-// An API-server outage alone does not stop a primary whose standby still replies; once the
-// standby is gone too, the primary fences itself, and starts again only when the Lease is
-// granted to it again.
+// An API-server outage alone, two minutes of it, does not stop a primary whose standby still
+// replies: it accepts writes throughout. Once the standby is gone too, the primary fences
+// itself, and starts again only when the Lease is granted to it again.
 func TestIsolatedPrimaryFencesItselfOnlyWithoutPeers(t *testing.T) {
+	const outage = 2 * time.Minute
 	primary, standby, _, leases := startPair(t)
 	leases.Fail(true)
-	time.Sleep(agentapi.LeaseFenceAfter + 3*time.Second)
-	insertRows(t, primary, 0, 1) // still a primary: its standby vouches for it
+	for started := time.Now(); time.Since(started) < outage; time.Sleep(10 * time.Second) {
+		insertRows(t, primary, 0, 1) // still a primary: its standby vouches for it
+		if s, err := status(primary); err != nil || s.Fenced || s.Role != agentapi.RolePrimary {
+			t.Fatalf("%s into the API-server outage the primary reports %+v, %v", time.Since(started).Round(time.Second), s, err)
+		}
+	}
 	if err := standby.Stop(); err != nil {
 		t.Fatal(err)
 	}
