@@ -127,6 +127,11 @@ func TestUnreachablePrimaryIsFailedOverOnceEveryStandbyDetached(t *testing.T) {
 	}
 	pods := []corev1.Pod{testPod("db-0", pgbuilder.RoleReplica, false), testPod("db-1", pgbuilder.RoleReplica, true),
 		testPod("db-2", pgbuilder.RoleReplica, true)}
+	for i := range pods {
+		if err := leases.Create(context.Background(), pods[i].DeepCopy()); err != nil {
+			t.Fatal(err)
+		}
+	}
 	agents.reports["db-1"], agents.reports["db-2"] = replica("0/3000100", "0/3000000", true), replica("0/3000000", "0/3000000", true)
 	step := func(reports map[string]*agentapi.Status) *stop {
 		t.Helper()
@@ -169,6 +174,10 @@ func TestUnreachablePrimaryIsFailedOverOnceEveryStandbyDetached(t *testing.T) {
 	}
 	if !slices.Equal(agents.attached, []string{"db-2"}) {
 		t.Errorf("attached %v after the grant, want db-2 (db-1 is promoted)", agents.attached)
+	}
+	promoted := &corev1.Pod{}
+	if err := leases.Get(context.Background(), client.ObjectKey{Name: "db-1"}, promoted); err != nil || promoted.Labels[pgbuilder.RoleLabel] != pgbuilder.RolePrimary {
+		t.Errorf("the promoted pod's role label is %q (%v): the -rw Service waits for the next reconcile", promoted.Labels[pgbuilder.RoleLabel], err)
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/pgpilot/pgpilot-operator/api/agentapi"
 	pgv1 "github.com/pgpilot/pgpilot-operator/api/v1alpha1"
@@ -74,6 +75,11 @@ func (r *PostgresClusterReconciler) failover(ctx context.Context, s *scope) (*st
 		return nil, fmt.Errorf("promote %s: %w", target, err)
 	}
 	r.event(s.cluster, pod, corev1.EventTypeNormal, "Promoted", "Failover", "%s promoted on timeline %d", target, promoted.Timeline)
+	// The -rw Service follows at once rather than after the next report: the Lease names the
+	// target and it answered as promoted. decidePrimary labels it anyway when this fails.
+	if err := r.labelRoles(ctx, s, target); err != nil {
+		logf.FromContext(ctx).Info("labelling the promoted primary failed; the next reconcile labels it", "error", err.Error())
+	}
 	return failingOver(fmt.Sprintf("%s promoted; waiting for its agent to report it", target)), nil
 }
 
