@@ -48,6 +48,7 @@ import (
 
 	postgresv1alpha1 "github.com/pgpilot/pgpilot-operator/api/v1alpha1"
 	"github.com/pgpilot/pgpilot-operator/internal/controller"
+	"github.com/pgpilot/pgpilot-operator/internal/controller/backup"
 	// +kubebuilder:scaffold:imports
 )
 
@@ -225,7 +226,8 @@ func main() {
 		setupLog.Error(err, "cannot tell the operator's own image, which carries the instance agent")
 	}
 
-	// One memory of the clusters for both reconcilers: a deleted cluster is forgotten by both.
+	// One memory of the clusters: the backup reconciler shares its agent TLS configurations, so
+	// a deleted cluster is forgotten by both.
 	memory := &controller.Memory{}
 	if err := (&controller.PostgresClusterReconciler{
 		Memory:                  memory,
@@ -241,15 +243,15 @@ func main() {
 		setupLog.Error(err, "unable to create controller", "controller", "PostgresCluster")
 		os.Exit(1)
 	}
-	if err := (&controller.BackupReconciler{
-		Memory:   memory,
+	if err := (&backup.BackupReconciler{
+		AgentTLS: memory.AgentTLS(),
 		Client:   mgr.GetClient(),
 		Recorder: mgr.GetEventRecorder("pgpilot"),
 	}).SetupWithManager(mgr); err != nil {
 		setupLog.Error(err, "unable to create controller", "controller", "Backup")
 		os.Exit(1)
 	}
-	if err := (&controller.ScheduledBackupReconciler{
+	if err := (&backup.ScheduledBackupReconciler{
 		Client:   mgr.GetClient(),
 		Recorder: mgr.GetEventRecorder("pgpilot"),
 	}).SetupWithManager(mgr); err != nil {

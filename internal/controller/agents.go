@@ -2,13 +2,12 @@ package controller
 
 import (
 	"context"
-	"net"
-	"strconv"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/pgpilot/pgpilot-operator/api/agentapi"
+	"github.com/pgpilot/pgpilot-operator/internal/controller/agentclient"
 )
 
 // AgentClient is what the reconciler asks of instance agents: agentapi.HTTPClient in the
@@ -24,14 +23,6 @@ type AgentClient interface {
 	Attach(ctx context.Context, e agentapi.Endpoint) error
 }
 
-// AgentAddress is where an instance pod's agent listens: its pod IP and the agent port.
-func AgentAddress(pod *corev1.Pod) string {
-	if pod.Status.PodIP == "" {
-		return ""
-	}
-	return net.JoinHostPort(pod.Status.PodIP, strconv.Itoa(agentapi.DefaultAgentPort))
-}
-
 func (r *PostgresClusterReconciler) agents() AgentClient {
 	if r.Agents != nil {
 		return measuredAgents{r.Agents}
@@ -44,42 +35,42 @@ func (r *PostgresClusterReconciler) agents() AgentClient {
 type measuredAgents struct{ inner AgentClient }
 
 func (m measuredAgents) Status(ctx context.Context, e agentapi.Endpoint) (status *agentapi.Status, err error) {
-	defer func(start time.Time) { recordAgentCall("status", start, err) }(time.Now())
+	defer func(start time.Time) { agentclient.Record("status", start, err) }(time.Now())
 	return m.inner.Status(ctx, e)
 }
 
 func (m measuredAgents) DropSlots(ctx context.Context, e agentapi.Endpoint, slots []string) (dropped []string, err error) {
-	defer func(start time.Time) { recordAgentCall("dropslots", start, err) }(time.Now())
+	defer func(start time.Time) { agentclient.Record("dropslots", start, err) }(time.Now())
 	return m.inner.DropSlots(ctx, e, slots)
 }
 
 func (m measuredAgents) Restart(ctx context.Context, e agentapi.Endpoint) (err error) {
-	defer func(start time.Time) { recordAgentCall("restart", start, err) }(time.Now())
+	defer func(start time.Time) { agentclient.Record("restart", start, err) }(time.Now())
 	return m.inner.Restart(ctx, e)
 }
 
 func (m measuredAgents) Promote(ctx context.Context, e agentapi.Endpoint, slots []string) (answer *agentapi.PromoteResponse, err error) {
-	defer func(start time.Time) { recordAgentCall("promote", start, err) }(time.Now())
+	defer func(start time.Time) { agentclient.Record("promote", start, err) }(time.Now())
 	return m.inner.Promote(ctx, e, slots)
 }
 
 func (m measuredAgents) Demote(ctx context.Context, e agentapi.Endpoint) (answer *agentapi.DemoteResponse, err error) {
-	defer func(start time.Time) { recordAgentCall("demote", start, err) }(time.Now())
+	defer func(start time.Time) { agentclient.Record("demote", start, err) }(time.Now())
 	return m.inner.Demote(ctx, e)
 }
 
 func (m measuredAgents) Fence(ctx context.Context, e agentapi.Endpoint) (status *agentapi.Status, err error) {
-	defer func(start time.Time) { recordAgentCall("fence", start, err) }(time.Now())
+	defer func(start time.Time) { agentclient.Record("fence", start, err) }(time.Now())
 	return m.inner.Fence(ctx, e)
 }
 
 func (m measuredAgents) Detach(ctx context.Context, e agentapi.Endpoint, from string) (status *agentapi.Status, err error) {
-	defer func(start time.Time) { recordAgentCall("detach", start, err) }(time.Now())
+	defer func(start time.Time) { agentclient.Record("detach", start, err) }(time.Now())
 	return m.inner.Detach(ctx, e, from)
 }
 
 func (m measuredAgents) Attach(ctx context.Context, e agentapi.Endpoint) (err error) {
-	defer func(start time.Time) { recordAgentCall("attach", start, err) }(time.Now())
+	defer func(start time.Time) { agentclient.Record("attach", start, err) }(time.Now())
 	return m.inner.Attach(ctx, e)
 }
 
@@ -87,5 +78,5 @@ func (r *PostgresClusterReconciler) agentAddress(pod *corev1.Pod) string {
 	if r.AgentAddress != nil {
 		return r.AgentAddress(pod)
 	}
-	return AgentAddress(pod)
+	return agentclient.Address(pod)
 }

@@ -20,6 +20,7 @@ import (
 
 	"github.com/pgpilot/pgpilot-operator/api/agentapi"
 	pgbuilder "github.com/pgpilot/pgpilot-operator/internal/builder"
+	"github.com/pgpilot/pgpilot-operator/internal/controller/agentclient"
 	"github.com/pgpilot/pgpilot-operator/internal/ha"
 )
 
@@ -56,7 +57,7 @@ func TestFailoverSteps(t *testing.T) {
 	primary := &agentapi.Status{Role: agentapi.RolePrimary, Timeline: 1}
 	behind, ahead := replica("0/3000000", "0/3000000", false), replica("0/3000100", "0/3000000", false)
 	failovers := primaryChanges.WithLabelValues(cluster.Namespace, cluster.Name, "failover")
-	promotions := agentRequests.WithLabelValues("promote", "ok")
+	promotions := agentclient.Requests.WithLabelValues("promote", "ok")
 	failoversBefore, promotionsBefore := testutil.ToFloat64(failovers), testutil.ToFloat64(promotions)
 
 	if st := reconcile(map[string]*agentapi.Status{"db-0": primary, "db-1": behind, "db-2": ahead}); st != nil {

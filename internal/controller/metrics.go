@@ -27,21 +27,12 @@ var (
 		Name: "pgpilot_primary_changes_total",
 		Help: "Completed changes of a cluster's primary, by kind: failover or switchover.",
 	}, []string{"namespace", "cluster", "kind"})
-	agentRequests = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "pgpilot_agent_requests_total",
-		Help: "Requests to the instance agents, by operation and outcome (ok or error).",
-	}, []string{"operation", "outcome"})
-	agentLatency = prometheus.NewHistogramVec(prometheus.HistogramOpts{
-		Name:    "pgpilot_agent_request_duration_seconds",
-		Help:    "Time the instance agents took to answer, by operation.",
-		Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
-	}, []string{"operation"})
 	clustersDesc = prometheus.NewDesc("pgpilot_clusters",
 		"PostgresClusters the operator manages, by phase.", []string{"phase"}, nil)
 )
 
 func init() {
-	metrics.Registry.MustRegister(ownedWrites, stageOutcomes, primaryChanges, agentRequests, agentLatency)
+	metrics.Registry.MustRegister(ownedWrites, stageOutcomes, primaryChanges)
 }
 
 func recordWrite(kind, outcome string) {
@@ -52,16 +43,6 @@ func recordStage(stage, outcome string) { stageOutcomes.WithLabelValues(stage, o
 
 func recordPrimaryChange(cluster *pgv1.PostgresCluster, kind string) {
 	primaryChanges.WithLabelValues(cluster.Namespace, cluster.Name, kind).Inc()
-}
-
-// recordAgentCall observes one request to an agent that started at start.
-func recordAgentCall(operation string, start time.Time, err error) {
-	outcome := "ok"
-	if err != nil {
-		outcome = "error"
-	}
-	agentRequests.WithLabelValues(operation, outcome).Inc()
-	agentLatency.WithLabelValues(operation).Observe(time.Since(start).Seconds())
 }
 
 // ClusterPhases counts the PostgresClusters of the manager's cache by phase at each scrape: no

@@ -2,17 +2,14 @@ package controller
 
 import (
 	"context"
-	"crypto/tls"
 	"fmt"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
@@ -45,7 +42,7 @@ func (r *PostgresClusterReconciler) ensureCertificates(ctx context.Context, s *s
 			s.renewAt = at
 		}
 	}
-	config, err := r.memory().agentTLS.forCluster(s.cluster, ca)
+	config, err := r.memory().agentTLS.ForCluster(s.cluster, ca)
 	if err != nil {
 		return invalidUntilFixed(reasonCertificatesInvalid, err.Error()), nil
 	}
@@ -245,50 +242,6 @@ func (r *PostgresClusterReconciler) renewSecret(ctx context.Context, s *scope, s
 	return nil
 }
 
-// agentTLSConfigs keep the operator's TLS client configuration per cluster, made again only
-// when its CA Secret changes, so that connections to the agents are reused.
-type agentTLSConfigs struct {
-	mu        sync.Mutex
-	byCluster map[types.NamespacedName]agentTLSConfig
-}
-
-type agentTLSConfig struct {
-	secretUID     types.UID
-	secretVersion string
-	config        *tls.Config
-}
-
-func (a *agentTLSConfigs) forCluster(c *pgv1.PostgresCluster, ca *corev1.Secret) (*tls.Config, error) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	key := client.ObjectKeyFromObject(c)
-	if cached, ok := a.byCluster[key]; ok && cached.secretUID == ca.UID && cached.secretVersion == ca.ResourceVersion && ca.ResourceVersion != "" {
-		return cached.config, nil
-	}
-	config, err := agentapi.OperatorTLS(ca.Data[agentapi.TLSCAFile], ca.Data[pgbuilder.OperatorCertKey],
-		ca.Data[pgbuilder.OperatorKeyKey], pgbuilder.AgentServerName(c))
-	if err != nil {
-		return nil, fmt.Errorf("secret %s: %w", ca.Name, err)
-	}
-	if a.byCluster == nil {
-		a.byCluster = map[types.NamespacedName]agentTLSConfig{}
-	}
-	if old, ok := a.byCluster[key]; ok {
-		agentapi.ForgetTLS(old.config)
-	}
-	a.byCluster[key] = agentTLSConfig{secretUID: ca.UID, secretVersion: ca.ResourceVersion, config: config}
-	return config, nil
-}
-
-// load is the configuration for c from its CA Secret as cached; nil while there is none yet.
-func (a *agentTLSConfigs) load(ctx context.Context, reader client.Reader, c *pgv1.PostgresCluster) (*tls.Config, error) {
-	ca := &corev1.Secret{}
-	if err := reader.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: pgbuilder.CASecretName(c)}, ca); err != nil {
-		return nil, client.IgnoreNotFound(err)
-	}
-	return a.forCluster(c, ca)
-}
-
 // loadAgentTLS gives the HA lane the operator's client certificate when the children's lane
 // stopped before it loaded it: failover must reach the agents whatever else is wrong. Without
 // one (a new cluster, a damaged CA Secret) the agents that serve TLS are not asked (observe).
@@ -296,20 +249,11 @@ func (r *PostgresClusterReconciler) loadAgentTLS(ctx context.Context, s *scope) 
 	if s.agentTLS != nil {
 		return nil, nil
 	}
-	config, err := r.memory().agentTLS.load(ctx, r.Client, s.cluster)
+	config, err := r.memory().agentTLS.Load(ctx, r.Client, s.cluster)
 	if err != nil {
 		logf.FromContext(ctx).Info("the operator's client certificate is unusable; agents serving TLS are not asked", "error", err.Error())
 		return nil, nil
 	}
 	s.agentTLS = config
 	return nil, nil
-}
-
-func (a *agentTLSConfigs) forget(key types.NamespacedName) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if old, ok := a.byCluster[key]; ok {
-		agentapi.ForgetTLS(old.config)
-		delete(a.byCluster, key)
-	}
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/pgpilot/pgpilot-operator/api/agentapi"
 	pgv1 "github.com/pgpilot/pgpilot-operator/api/v1alpha1"
 	pgbuilder "github.com/pgpilot/pgpilot-operator/internal/builder"
+	"github.com/pgpilot/pgpilot-operator/internal/controller/agentclient"
 	"github.com/pgpilot/pgpilot-operator/internal/ha"
 )
 
@@ -51,7 +52,7 @@ func (r *PostgresClusterReconciler) observe(ctx context.Context, s *scope) (*sto
 		return nil, fmt.Errorf("get agent secret: %w", err)
 	}
 	o.token = string(secret.Data[corev1.BasicAuthPasswordKey])
-	if s.agentTLS == nil && slices.ContainsFunc(pods, func(p corev1.Pod) bool { return podServesTLS(&p) }) {
+	if s.agentTLS == nil && slices.ContainsFunc(pods, func(p corev1.Pod) bool { return agentclient.ServesTLS(&p) }) {
 		return nil, nil // no client certificate to reach them with (loadAgentTLS): not asked
 	}
 	o.Reports, o.Failures = r.askAgents(ctx, s)

@@ -14,6 +14,7 @@ import (
 	"github.com/pgpilot/pgpilot-operator/api/agentapi"
 	"github.com/pgpilot/pgpilot-operator/internal/apply"
 	pgbuilder "github.com/pgpilot/pgpilot-operator/internal/builder"
+	"github.com/pgpilot/pgpilot-operator/internal/controller/agentclient"
 )
 
 // +kubebuilder:rbac:groups="",resources=configmaps,verbs=get;list;watch;create;patch
@@ -26,7 +27,7 @@ func (r *PostgresClusterReconciler) ensureConfigMap(ctx context.Context, s *scop
 	// TLS is required of remote connections once no instance runs an agent without
 	// certificates: until its pod is rolled, such an instance can neither serve TLS nor log in
 	// by certificate.
-	s.tlsRequired = !slices.ContainsFunc(pods, func(p corev1.Pod) bool { return !podServesTLS(&p) })
+	s.tlsRequired = !slices.ContainsFunc(pods, func(p corev1.Pod) bool { return !agentclient.ServesTLS(&p) })
 	desired := pgbuilder.BuildConfigMap(s.cluster, agentapi.TLSPolicy{Required: s.tlsRequired})
 	s.configHash = agentapi.ConfigHash([]byte(desired.Data[agentapi.PostgresqlConfFile]), []byte(desired.Data[agentapi.HBAConfFile]))
 	live := &corev1.ConfigMap{} // as it was before this reconcile's apply

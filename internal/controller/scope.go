@@ -10,7 +10,7 @@ import (
 
 	"github.com/pgpilot/pgpilot-operator/api/agentapi"
 	pgv1 "github.com/pgpilot/pgpilot-operator/api/v1alpha1"
-	pgbuilder "github.com/pgpilot/pgpilot-operator/internal/builder"
+	"github.com/pgpilot/pgpilot-operator/internal/controller/agentclient"
 	"github.com/pgpilot/pgpilot-operator/internal/ha"
 )
 
@@ -103,29 +103,10 @@ func newScope(cluster *pgv1.PostgresCluster) *scope {
 // endpoint is how the operator reaches the agent of pod.
 func (r *PostgresClusterReconciler) endpoint(s *scope, pod *corev1.Pod) agentapi.Endpoint {
 	e := agentapi.Endpoint{Address: r.agentAddress(pod), Token: s.observed.token}
-	if podServesTLS(pod) {
+	if agentclient.ServesTLS(pod) {
 		e.TLS = s.agentTLS
 	}
 	return e
-}
-
-// podServesTLS says whether the pod's agent serves HTTPS: a pod of an older operator, not yet
-// rolled, serves plain HTTP.
-func podServesTLS(pod *corev1.Pod) bool {
-	for _, c := range pod.Spec.Containers {
-		if c.Name != pgbuilder.PostgresContainerName {
-			continue
-		}
-		return agentapi.ServesTLS(func(name string) (string, bool) {
-			for _, e := range c.Env {
-				if e.Name == name {
-					return e.Value, true
-				}
-			}
-			return "", false
-		})
-	}
-	return false
 }
 
 // stop ends a reconcile before its later stages: the cluster waits for something, or its spec

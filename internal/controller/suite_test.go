@@ -22,6 +22,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	pgv1 "github.com/pgpilot/pgpilot-operator/api/v1alpha1"
+	"github.com/pgpilot/pgpilot-operator/internal/controller/agentclient"
 	"github.com/pgpilot/pgpilot-operator/test/controlplane"
 )
 
@@ -136,7 +137,7 @@ func (b *addressBook) lookup(pod *corev1.Pod) string {
 	if address, ok := b.byPod[pod.Namespace+"/"+pod.Name]; ok {
 		return address
 	}
-	return AgentAddress(pod)
+	return agentclient.Address(pod)
 }
 
 // writeCounter counts the reconciler's writes per namespace, no-op applies included, which

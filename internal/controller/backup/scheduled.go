@@ -1,4 +1,4 @@
-package controller
+package backup
 
 import (
 	"cmp"
@@ -9,7 +9,6 @@ import (
 
 	"github.com/robfig/cron/v3"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -55,11 +54,8 @@ func (r *ScheduledBackupReconciler) Reconcile(ctx context.Context, req reconcile
 	if err := r.pruneHistory(ctx, sb); err != nil {
 		return reconcile.Result{}, err
 	}
-	if !equality.Semantic.DeepEqual(original.Status, sb.Status) {
-		if err := r.Status().Patch(ctx, sb, client.MergeFromWithOptions(original, client.MergeFromWithOptimisticLock{})); err != nil {
-			return reconcile.Result{}, fmt.Errorf("patch scheduled backup status: %w", client.IgnoreNotFound(err))
-		}
-		r.announce(original, sb)
+	if err := patchStatus(ctx, r.Client, original, sb, func(sb *pgv1.ScheduledBackup) any { return sb.Status }, r.announce); err != nil {
+		return reconcile.Result{}, err
 	}
 	return result, nil
 }

@@ -1,4 +1,4 @@
-package controller
+package backup
 
 import (
 	"context"
@@ -8,7 +8,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -22,6 +21,7 @@ import (
 	"github.com/pgpilot/pgpilot-operator/api/agentapi"
 	pgv1 "github.com/pgpilot/pgpilot-operator/api/v1alpha1"
 	pgbuilder "github.com/pgpilot/pgpilot-operator/internal/builder"
+	"github.com/pgpilot/pgpilot-operator/internal/controller/agentclient"
 )
 
 // How often a Backup is looked at while it waits to start and while it runs.
@@ -45,10 +45,10 @@ type BackupReconciler struct {
 	Agents       BackupAgents
 	AgentAddress func(*corev1.Pod) string
 
-	// Memory holds the operator's TLS client configuration per cluster (memory.go), shared
-	// with the cluster reconciler, which forgets deleted clusters; nil means its own.
-	Memory     *Memory
-	memoryOnce sync.Once
+	// AgentTLS holds the operator's TLS client configuration per cluster, shared with the
+	// cluster reconciler, which forgets deleted clusters (controller.Memory); nil means its own.
+	AgentTLS *agentclient.TLSConfigs
+	tlsOnce  sync.Once
 }
 
 // +kubebuilder:rbac:groups=postgres.pgpilot.io,resources=backups,verbs=get;list;watch
@@ -68,13 +68,9 @@ func (r *BackupReconciler) Reconcile(ctx context.Context, req reconcile.Request)
 	if err != nil {
 		return reconcile.Result{}, err
 	}
-	if equality.Semantic.DeepEqual(original.Status, backup.Status) {
-		return result, nil
+	if err := patchStatus(ctx, r.Client, original, backup, func(b *pgv1.Backup) any { return b.Status }, r.announce); err != nil {
+		return reconcile.Result{}, err
 	}
-	if err := r.Status().Patch(ctx, backup, client.MergeFromWithOptions(original, client.MergeFromWithOptimisticLock{})); err != nil {
-		return reconcile.Result{}, fmt.Errorf("patch backup status: %w", client.IgnoreNotFound(err))
-	}
-	r.announce(original, backup)
 	return result, nil
 }
 
@@ -207,7 +203,7 @@ func (r *BackupReconciler) endpoint(ctx context.Context, cluster *pgv1.PostgresC
 	if err := r.Get(ctx, client.ObjectKey{Namespace: cluster.Namespace, Name: pgbuilder.AgentSecretName(cluster)}, secret); err != nil {
 		return nil, client.IgnoreNotFound(err)
 	}
-	address := AgentAddress(pod)
+	address := agentclient.Address(pod)
 	if r.AgentAddress != nil {
 		address = r.AgentAddress(pod)
 	}
@@ -215,14 +211,23 @@ func (r *BackupReconciler) endpoint(ctx context.Context, cluster *pgv1.PostgresC
 		return nil, nil
 	}
 	e := &agentapi.Endpoint{Address: address, Token: string(secret.Data[corev1.BasicAuthPasswordKey])}
-	if podServesTLS(pod) {
-		config, err := r.memory().agentTLS.load(ctx, r.Client, cluster)
+	if agentclient.ServesTLS(pod) {
+		config, err := r.agentTLS().Load(ctx, r.Client, cluster)
 		if err != nil || config == nil {
 			return nil, err
 		}
 		e.TLS = config
 	}
 	return e, nil
+}
+
+func (r *BackupReconciler) agentTLS() *agentclient.TLSConfigs {
+	r.tlsOnce.Do(func() {
+		if r.AgentTLS == nil {
+			r.AgentTLS = &agentclient.TLSConfigs{}
+		}
+	})
+	return r.AgentTLS
 }
 
 func (r *BackupReconciler) agents() BackupAgents {
@@ -232,16 +237,16 @@ func (r *BackupReconciler) agents() BackupAgents {
 	return measuredBackupAgents{agentapi.HTTPClient{}}
 }
 
-// measuredBackupAgents records each request as measuredAgents does.
+// measuredBackupAgents records each request in the agent request metrics.
 type measuredBackupAgents struct{ inner BackupAgents }
 
 func (m measuredBackupAgents) StartBackup(ctx context.Context, e agentapi.Endpoint, req agentapi.BackupRequest) (result *agentapi.BackupResult, err error) {
-	defer func(start time.Time) { recordAgentCall("startbackup", start, err) }(time.Now())
+	defer func(start time.Time) { agentclient.Record("startbackup", start, err) }(time.Now())
 	return m.inner.StartBackup(ctx, e, req)
 }
 
 func (m measuredBackupAgents) BackupResult(ctx context.Context, e agentapi.Endpoint, name string) (result *agentapi.BackupResult, err error) {
-	defer func(start time.Time) { recordAgentCall("backupresult", start, err) }(time.Now())
+	defer func(start time.Time) { agentclient.Record("backupresult", start, err) }(time.Now())
 	return m.inner.BackupResult(ctx, e, name)
 }
 
