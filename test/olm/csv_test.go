@@ -69,11 +69,15 @@ func TestCSVIsComplete(t *testing.T) {
 			t.Errorf("maturity %q minKubeVersion %q, want alpha and 1.30.0", csv.Spec.Maturity, csv.Spec.MinKubeVersion)
 		}
 		for _, section := range []string{"### What pgpilot does today", "### Prerequisites", "### Quick start",
-			"kind: PostgresCluster", "not implemented yet"} {
+			"kind: PostgresCluster"} {
 			if !strings.Contains(csv.Spec.Description, section) {
 				t.Errorf("the description has no %q", section)
 			}
 		}
+	})
+
+	t.Run("the description's claims are what the operator does", func(t *testing.T) {
+		checkDescriptionClaims(t, csv)
 	})
 
 	t.Run("icon", func(t *testing.T) {
