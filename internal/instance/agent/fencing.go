@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"time"
@@ -69,9 +70,17 @@ func (a *Agent) liftFence() error {
 	return nil
 }
 
+// readFenceMarker is the fence an earlier run recorded, nil when there is none. A marker that
+// cannot be read still holds the instance down (only the Lease lets it run again): an agent
+// that refused to start over it would never rejoin.
 func (a *Agent) readFenceMarker() (*fence, error) {
 	f := &fence{}
-	if found, err := readJSONFile(a.fenceMarkerPath(), f); !found || err != nil {
+	found, err := readJSONFile(a.fenceMarkerPath(), f)
+	var syntax *json.SyntaxError
+	if errors.As(err, &syntax) || errors.Is(err, io.ErrUnexpectedEOF) {
+		return &fence{Reason: fmt.Sprintf("the fence marker of an earlier run is unreadable (%v)", err)}, nil
+	}
+	if !found || err != nil {
 		return nil, err
 	}
 	return f, nil
@@ -89,12 +98,25 @@ func (a *Agent) readRejoinRecord() error {
 	return nil
 }
 
+// writeJSONFile replaces path with v's JSON atomically (a file beside it, synced, renamed over
+// it): a process killed while it writes, as a pod's may be on its way out, leaves the old
+// content or the new, never a truncated file.
 func writeJSONFile(path string, v any) error {
 	data, err := json.Marshal(v)
 	if err != nil {
 		return err
 	}
-	return os.WriteFile(path, data, 0o600)
+	tmp := path + ".tmp"
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return err
+	}
+	_, err = f.Write(data)
+	err = errors.Join(err, f.Sync(), f.Close())
+	if err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
 }
 
 // readJSONFile decodes path into v; found is false when it does not exist.

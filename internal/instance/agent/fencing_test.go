@@ -133,6 +133,18 @@ func TestFencedPrimaryWaitsForTheLeaseThenRejoins(t *testing.T) {
 	primary = pgtest.StartAgent(t, primary.Config, primary.Instance, leases)
 	awaitFenced(t, primary, "fenced by the operator")
 
+	// A marker left empty (a process killed while writing it, as a deleted pod's agent once
+	// was: its container then crash-looped on it) still holds the instance down, and the
+	// agent starts, to rejoin once the Lease moves.
+	if err := primary.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(filepath.Dir(primary.Instance.DataDir), "pgpilot-fence.json"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	primary = pgtest.StartAgent(t, primary.Config, primary.Instance, leases)
+	awaitFenced(t, primary, "unreadable")
+
 	leases.Grant("db-1")
 	if _, err := client.Promote(ctx, endpointOf(standby), []string{agentapi.SlotName("db-0")}); err != nil {
 		t.Fatal(err)
