@@ -10,7 +10,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	appsv1 "k8s.io/api/apps/v1"
-	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -23,6 +22,26 @@ import (
 	"github.com/pgpilot/pgpilot-operator/internal/controller/agentclient"
 	"github.com/pgpilot/pgpilot-operator/internal/ha"
 )
+
+// failoverStep runs the failover stage once over pods, the agents answering with reports (an
+// instance without one does not answer), and keeps what it decided in the cluster's status.
+func failoverStep(t *testing.T, r *PostgresClusterReconciler, cluster *pgv1.PostgresCluster, pods []corev1.Pod, reports map[string]*agentapi.Status) *stop {
+	t.Helper()
+	failures := map[string]string{}
+	for _, pod := range pods {
+		if reports[pod.Name] == nil {
+			failures[pod.Name] = "timeout"
+		}
+	}
+	s := newScope(cluster)
+	s.observed = &observed{Observed: ha.Observed{Pods: pods, Reports: reports, Failures: failures}}
+	st, err := r.failover(context.Background(), s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cluster.Status.TargetPrimary, cluster.Status.FailoverReason = s.targetPrimary, s.failoverReason
+	return st
+}
 
 // reconcilerWithLease talks to fake agents (by pod name) and to a fake API holding only the
 // cluster's primary Lease, naming db-0.
@@ -122,10 +141,7 @@ func TestUnreachablePrimaryIsFailedOverOnceEveryStandbyDetached(t *testing.T) {
 	cluster := testCluster(3)
 	cluster.Status.CurrentPrimary = "db-0"
 	r, agents, leases := reconcilerWithLease(cluster)
-	lease := &coordinationv1.Lease{}
-	if err := leases.Get(context.Background(), client.ObjectKey{Namespace: cluster.Namespace, Name: pgbuilder.PrimaryLeaseName(cluster)}, lease); err != nil {
-		t.Fatal(err)
-	}
+	lease := primaryLeaseIn(t, leases, cluster)
 	pods := []corev1.Pod{testPod("db-0", pgbuilder.RoleReplica, false), testPod("db-1", pgbuilder.RoleReplica, true),
 		testPod("db-2", pgbuilder.RoleReplica, true)}
 	for i := range pods {
@@ -136,14 +152,7 @@ func TestUnreachablePrimaryIsFailedOverOnceEveryStandbyDetached(t *testing.T) {
 	agents.reports["db-1"], agents.reports["db-2"] = replica("0/3000100", "0/3000000", true), replica("0/3000000", "0/3000000", true)
 	step := func(reports map[string]*agentapi.Status) *stop {
 		t.Helper()
-		s := newScope(cluster)
-		s.observed = &observed{Observed: ha.Observed{Pods: pods, Reports: reports, Failures: map[string]string{"db-0": "timeout"}}}
-		st, err := r.failover(context.Background(), s)
-		if err != nil {
-			t.Fatal(err)
-		}
-		cluster.Status.TargetPrimary, cluster.Status.FailoverReason = s.targetPrimary, s.failoverReason
-		return st
+		return failoverStep(t, r, cluster, pods, reports)
 	}
 	answering := map[string]*agentapi.Status{"db-1": agents.reports["db-1"], "db-2": agents.reports["db-2"]}
 	// A holder that still renews its Lease reaches the API server: no standby is detached from
@@ -189,23 +198,13 @@ func TestSilentPrimaryWithAStaleLeaseIsFailedOverOnTheSecondAsk(t *testing.T) {
 	cluster := testCluster(2)
 	cluster.Status.CurrentPrimary = "db-0"
 	r, agents, leases := reconcilerWithLease(cluster)
-	lease := &coordinationv1.Lease{}
-	if err := leases.Get(context.Background(), client.ObjectKey{Namespace: cluster.Namespace, Name: pgbuilder.PrimaryLeaseName(cluster)}, lease); err != nil {
-		t.Fatal(err)
-	}
+	lease := primaryLeaseIn(t, leases, cluster)
 	r.leases().observe(cluster.UID, lease.ResourceVersion, time.Now().Add(-leaseAlarmAfter))
 	pods := []corev1.Pod{testPod("db-0", pgbuilder.RoleReplica, true), testPod("db-1", pgbuilder.RoleReplica, true)}
 	agents.reports["db-1"] = replica("0/3000000", "0/3000000", true)
 	step := func(reports map[string]*agentapi.Status) *stop {
 		t.Helper()
-		s := newScope(cluster)
-		s.observed = &observed{Observed: ha.Observed{Pods: pods, Reports: reports, Failures: map[string]string{"db-0": "timeout"}}}
-		st, err := r.failover(context.Background(), s)
-		if err != nil {
-			t.Fatal(err)
-		}
-		cluster.Status.TargetPrimary, cluster.Status.FailoverReason = s.targetPrimary, s.failoverReason
-		return st
+		return failoverStep(t, r, cluster, pods, reports)
 	}
 	step(map[string]*agentapi.Status{"db-0": {Role: agentapi.RolePrimary}, "db-1": agents.reports["db-1"]}) // heard as the primary
 	if st := step(map[string]*agentapi.Status{"db-1": agents.reports["db-1"]}); st == nil || st.reason != "PrimaryNotAnswering" || cluster.Status.TargetPrimary != "" {
@@ -233,10 +232,7 @@ func TestFencedPrimaryWithoutCandidateRestarts(t *testing.T) {
 	if err != nil || st == nil || st.reason != "PrimaryRestarting" {
 		t.Fatalf("%+v %v", st, err)
 	}
-	lease := &coordinationv1.Lease{}
-	if err := leases.Get(context.Background(), client.ObjectKey{Namespace: cluster.Namespace, Name: pgbuilder.PrimaryLeaseName(cluster)}, lease); err != nil {
-		t.Fatal(err)
-	}
+	lease := primaryLeaseIn(t, leases, cluster)
 	if leaseHolder(lease) != "db-0" || *lease.Spec.LeaseTransitions != 2 {
 		t.Errorf("lease %+v, want granted again to db-0", lease.Spec)
 	}
@@ -296,19 +292,7 @@ func TestFrozenPrimaryIsFencedOnOrderAndFailedOver(t *testing.T) {
 	pods := []corev1.Pod{testPod("db-0", pgbuilder.RoleReplica, true), testPod("db-1", pgbuilder.RoleReplica, true)}
 	frozen := &agentapi.Status{Role: agentapi.RolePrimary, Unresponsive: "PostgreSQL has not answered the agent's local queries for 6s"}
 	agents.reports["db-0"], agents.reports["db-1"] = frozen, replica("0/3000000", "0/3000000", false)
-	step := func() *stop {
-		t.Helper()
-		s := newScope(cluster)
-		s.observed = &observed{Observed: ha.Observed{Pods: pods, Reports: map[string]*agentapi.Status{"db-0": frozen, "db-1": agents.reports["db-1"]},
-			Failures: map[string]string{}}}
-		st, err := r.failover(context.Background(), s)
-		if err != nil {
-			t.Fatal(err)
-		}
-		cluster.Status.TargetPrimary, cluster.Status.FailoverReason = s.targetPrimary, s.failoverReason
-		return st
-	}
-	if st := step(); st == nil || st.reason != "FailingOver" || cluster.Status.TargetPrimary != "db-1" {
+	if st := failoverStep(t, r, cluster, pods, map[string]*agentapi.Status{"db-0": frozen, "db-1": agents.reports["db-1"]}); st == nil || st.reason != "FailingOver" || cluster.Status.TargetPrimary != "db-1" {
 		t.Fatalf("start: %+v, target %q", st, cluster.Status.TargetPrimary)
 	}
 	if !slices.Equal(agents.fenced, []string{"db-0"}) || leaseHolderIn(t, leases, cluster) != "db-1" {

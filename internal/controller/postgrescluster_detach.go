@@ -55,14 +55,12 @@ func (r *PostgresClusterReconciler) peersGone(ctx context.Context, s *scope, hol
 			default:
 				a.gone = time.Duration(status.DetachedMillis) * time.Millisecond
 			}
-			if err == nil {
-				mu.Lock()
-				s.detached = append(s.detached, pod.Name)
-				mu.Unlock()
-			}
 			mu.Lock()
 			defer mu.Unlock()
 			answers = append(answers, a)
+			if err == nil {
+				s.detached = append(s.detached, pod.Name)
+			}
 		})
 	}
 	wg.Wait()

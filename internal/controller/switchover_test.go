@@ -21,11 +21,17 @@ import (
 // The lease is granted before the promotion.
 func leaseHolderIn(t *testing.T, c client.Reader, cluster *pgv1.PostgresCluster) string {
 	t.Helper()
+	return leaseHolder(primaryLeaseIn(t, c, cluster))
+}
+
+// primaryLeaseIn is cluster's primary Lease as c has it.
+func primaryLeaseIn(t *testing.T, c client.Reader, cluster *pgv1.PostgresCluster) *coordinationv1.Lease {
+	t.Helper()
 	lease := &coordinationv1.Lease{}
 	if err := c.Get(context.Background(), client.ObjectKey{Namespace: cluster.Namespace, Name: pgbuilder.PrimaryLeaseName(cluster)}, lease); err != nil {
 		t.Fatal(err)
 	}
-	return leaseHolder(lease)
+	return lease
 }
 
 // switchoverTest is a cluster of db-0 (the primary) and replicas, annotated for a switchover

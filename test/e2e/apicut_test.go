@@ -3,7 +3,6 @@
 package e2e
 
 import (
-	"fmt"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -30,8 +29,7 @@ func apiServerCutSpec(cluster **pgv1.PostgresCluster) {
 		Expect(k8s.Get(ctx, client.ObjectKeyFromObject(c), current)).To(Succeed())
 		primary := &corev1.Pod{}
 		Expect(k8s.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: current.Status.CurrentPrimary}, primary)).To(Succeed())
-		_, agent := findPostmaster(primary)
-		netns := fmt.Sprintf("/proc/%d/ns/net", agent)
+		netns := podNetns(primary)
 		rules := apiServerRules(ctx)
 
 		checker := startWriteChecker(ctx, c)

@@ -177,8 +177,7 @@ var _ = Describe("Monitoring", Ordered, SpecPriority(slowSpecs), func() {
 		replica := &corev1.Pod{}
 		Expect(k8s.Get(ctx, client.ObjectKey{Namespace: cluster.Namespace, Name: replicas[0]}, replica)).To(Succeed())
 		Expect(prometheus.alertState(Default, ctx, alert, replica.Name)).To(BeEmpty(), "firing before the fault")
-		_, agent := findPostmaster(replica)
-		netns := fmt.Sprintf("/proc/%d/ns/net", agent)
+		netns := podNetns(replica)
 
 		cutReplication(netns, true)
 		DeferCleanup(cutReplication, netns, false)

@@ -31,8 +31,7 @@ func partitionSpec(cluster **pgv1.PostgresCluster) {
 		Expect(k8s.Get(ctx, client.ObjectKeyFromObject(c), current)).To(Succeed())
 		old := &corev1.Pod{}
 		Expect(k8s.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: current.Status.CurrentPrimary}, old)).To(Succeed())
-		_, agent := findPostmaster(old)
-		netns := fmt.Sprintf("/proc/%d/ns/net", agent)
+		netns := podNetns(old)
 		password := secretValue(ctx, c.Namespace, c.Name+"-superuser", corev1.BasicAuthPasswordKey)
 		Expect(acceptsWrites(netns, password)).To(BeTrue(), "the primary does not accept writes before the partition")
 
@@ -79,6 +78,12 @@ func partitionSpec(cluster **pgv1.PostgresCluster) {
 		expectReplication(ctx, c, current.Spec.Instances)
 		Expect(clusterEventReasons(ctx, c, start)).To(ContainElements("FailoverStarted", "Fenced", "Promoted", "FailoverCompleted", "Rejoined"))
 	})
+}
+
+// podNetns is the network namespace of pod, by its agent's process.
+func podNetns(pod *corev1.Pod) string {
+	_, agent := findPostmaster(pod)
+	return fmt.Sprintf("/proc/%d/ns/net", agent)
 }
 
 // partition drops (on) or lets through (off) every packet of the network namespace netns

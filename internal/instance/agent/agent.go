@@ -370,8 +370,7 @@ func (a *Agent) Status(ctx context.Context) (*agentapi.Status, error) {
 	}
 	status.LogNotices = a.logNotices()
 	if d := a.detachment(); d != nil && status.Role == agentapi.RoleReplica {
-		held := detachedStatus(d, time.Now())
-		status.DetachedFrom, status.DetachedMillis = held.DetachedFrom, held.DetachedMillis
+		d.report(status, time.Now())
 	}
 	return status, nil
 }

@@ -48,18 +48,22 @@ func (a *Agent) Detach(ctx context.Context, from string) (*agentapi.Status, erro
 	if a.fenced() != nil || !a.Instance.Running() || a.isPrimary() {
 		return nil, fmt.Errorf("%w: only a running standby detaches", agentapi.ErrWrongRole)
 	}
-	d := a.detachment()
-	if d == nil || d.from != from {
+	held := detachment{from: from}
+	if d := a.detachment(); d != nil && d.from == from {
+		held.stopped = d.stopped
+	} else {
 		stopped, err := a.stopReceiver(ctx)
 		if err != nil {
 			return nil, fmt.Errorf("stop the WAL receiver: %w", err)
 		}
-		d = &detachment{from: from, stopped: stopped}
+		held.stopped = stopped
 		a.Log.Info("detached: no longer streaming from the primary the operator cannot reach", "from", from)
 	}
-	d = &detachment{from: d.from, stopped: d.stopped, until: time.Now().Add(cmp.Or(a.Options.DetachHold, agentapi.DetachHold))}
-	a.setDetachment(d)
-	return detachedStatus(d, time.Now()), nil
+	held.until = time.Now().Add(cmp.Or(a.Options.DetachHold, agentapi.DetachHold))
+	a.setDetachment(&held)
+	status := &agentapi.Status{Role: agentapi.RoleReplica}
+	held.report(status, time.Now())
+	return status, nil
 }
 
 // stopReceiver empties primary_conninfo and waits until no WAL receiver runs: from then on
@@ -136,7 +140,7 @@ func (a *Agent) endExpiredHold(ctx context.Context, now time.Time) {
 	}
 }
 
-// detachedStatus is what a detached standby adds to its Status.
-func detachedStatus(d *detachment, now time.Time) *agentapi.Status {
-	return &agentapi.Status{Role: agentapi.RoleReplica, DetachedFrom: d.from, DetachedMillis: now.Sub(d.stopped).Milliseconds()}
+// report adds to a standby's status whom it is detached from, and since when.
+func (d *detachment) report(s *agentapi.Status, now time.Time) {
+	s.DetachedFrom, s.DetachedMillis = d.from, now.Sub(d.stopped).Milliseconds()
 }

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"time"
@@ -77,7 +76,7 @@ func (a *Agent) readFenceMarker() (*fence, error) {
 	f := &fence{}
 	found, err := readJSONFile(a.fenceMarkerPath(), f)
 	var syntax *json.SyntaxError
-	if errors.As(err, &syntax) || errors.Is(err, io.ErrUnexpectedEOF) {
+	if errors.As(err, &syntax) { // what json.Unmarshal says of an empty or cut-off file
 		return &fence{Reason: fmt.Sprintf("the fence marker of an earlier run is unreadable (%v)", err)}, nil
 	}
 	if !found || err != nil {
