@@ -234,7 +234,7 @@ func main() {
 		Client:                  mgr.GetClient(),
 		APIReader:               mgr.GetAPIReader(),
 		Recorder:                mgr.GetEventRecorder("pgpilot"),
-		DefaultImage:            os.Getenv("RELATED_IMAGE_POSTGRES"),
+		PostgresImages:          postgresImages(),
 		AgentImage:              agentImage,
 		MaxConcurrentReconciles: maxConcurrentReconciles,
 		ReconcileTimeout:        reconcileTimeout,
@@ -288,6 +288,18 @@ func main() {
 // (OLM's relatedImages convention), else the image this manager runs from, read from its own
 // pod (POD_NAME and POD_NAMESPACE come from the downward API), so a kustomize or OLM install
 // that rewrites the image needs nothing else.
+// postgresImages are pgpilot's PostgreSQL images by major, as RELATED_IMAGE_POSTGRES_<major>
+// name them (OLM rewrites these for mirrors).
+func postgresImages() map[int32]string {
+	images := map[int32]string{}
+	for _, major := range controller.SupportedPostgresMajors {
+		if image := os.Getenv(controller.PostgresImageVariable(major)); image != "" {
+			images[major] = image
+		}
+	}
+	return images
+}
+
 func operatorImage(reader client.Reader) (string, error) {
 	if image := os.Getenv("RELATED_IMAGE_AGENT"); image != "" {
 		return image, nil

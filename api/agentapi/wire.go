@@ -80,11 +80,25 @@ const (
 	RoleReplica = "replica"
 )
 
+// CollationMismatch is a database whose default collation changed version under it.
+type CollationMismatch struct {
+	Database string `json:"database"`
+	// Recorded is pg_database.datcollversion, Actual what the library reports now.
+	Recorded string `json:"recorded"`
+	Actual   string `json:"actual"`
+}
+
 // Status is what an instance reports about itself (PathStatus).
 type Status struct {
 	// Version is the agent's release (pgpilot's VERSION). Agents of 0.2.0, the first release
 	// with an agent, do not send it: see VersionOf.
 	Version string `json:"version,omitempty"`
+	// ServerVersion is the running server's version, major.minor (17.12); empty while it is
+	// not running (and from agents older than this field).
+	ServerVersion string `json:"serverVersion,omitempty"`
+	// CollationMismatches are the databases whose recorded collation version differs from the
+	// one the server's library provides now.
+	CollationMismatches []CollationMismatch `json:"collationMismatches,omitempty"`
 	// Role is RolePrimary or RoleReplica (in recovery); empty while Fenced.
 	Role string `json:"role"`
 	// Unresponsive, on a primary, says why its PostgreSQL counts as frozen: it has not answered

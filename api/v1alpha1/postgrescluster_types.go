@@ -7,6 +7,7 @@ import (
 )
 
 // PostgresClusterSpec is the desired state of a highly available PostgreSQL cluster.
+// +kubebuilder:validation:XValidation:rule="!has(oldSelf.postgresVersion) || (has(self.postgresVersion) && self.postgresVersion == oldSelf.postgresVersion)",message="spec.postgresVersion cannot change or be removed: pgpilot does not upgrade a cluster's major version in place yet ; create a cluster of the new major and move the data with pg_dump"
 // +kubebuilder:validation:XValidation:rule="self.bootstrap == oldSelf.bootstrap",message="spec.bootstrap is immutable: the cluster has already been initialised from it"
 // +kubebuilder:validation:XValidation:rule="!has(self.postgresql) || !has(self.postgresql.synchronous) || !has(self.postgresql.synchronous.number) || self.postgresql.synchronous.number < (has(self.instances) ? self.instances : 3)",message="postgresql.synchronous.number must be smaller than instances: only the standbys can confirm commits"
 type PostgresClusterSpec struct {
@@ -18,8 +19,19 @@ type PostgresClusterSpec struct {
 	// +operator-sdk:csv:customresourcedefinitions:type=spec,displayName="Instances",xDescriptors={"urn:alm:descriptor:com.tectonic.ui:podCount"},order=1
 	Instances int32 `json:"instances,omitempty"`
 
-	// Container image with the PostgreSQL server binaries. Defaults to the image the operator
-	// was installed with (its RELATED_IMAGE_POSTGRES environment variable).
+	// PostgreSQL major version: 15, 17 or 18. pgpilot runs its own image of that major (the
+	// operator's RELATED_IMAGE_POSTGRES_<major>) unless spec.image names another. Unset, a new
+	// cluster gets 17 (status.postgresMajor records it) and a cluster created before pgpilot
+	// 0.4.0 keeps 15, the only major earlier releases ran. It cannot change once set: pgpilot
+	// does not upgrade a cluster's major version in place yet.
+	// +kubebuilder:validation:Enum=15;17;18
+	// +optional
+	// +operator-sdk:csv:customresourcedefinitions:type=spec,displayName="PostgreSQL Version",xDescriptors={"urn:alm:descriptor:com.tectonic.ui:select:15","urn:alm:descriptor:com.tectonic.ui:select:17","urn:alm:descriptor:com.tectonic.ui:select:18"},order=1
+	PostgresVersion int32 `json:"postgresVersion,omitempty"`
+
+	// Container image with the PostgreSQL server binaries of spec.postgresVersion. Defaults to
+	// pgpilot's image of that major (the operator's RELATED_IMAGE_POSTGRES_<major>). An image
+	// of another major is refused: the cluster is Degraded with both versions named.
 	// +kubebuilder:validation:MaxLength=512
 	// +optional
 	// +operator-sdk:csv:customresourcedefinitions:type=spec,displayName="PostgreSQL Image",xDescriptors={"urn:alm:descriptor:com.tectonic.ui:text","urn:alm:descriptor:com.tectonic.ui:advanced"},order=6
@@ -304,6 +316,10 @@ const (
 	ConditionProgressing = "Progressing"
 	// ConditionDegraded is True when the cluster cannot reach or keep its spec.
 	ConditionDegraded = "Degraded"
+	// ConditionCollationVersionMismatch is True while a database's collation version, recorded
+	// when it was created, differs from the one the running C library or ICU provides: indexes
+	// on text sorted by the old rules may be corrupt until rebuilt. Absent until first found.
+	ConditionCollationVersionMismatch = "CollationVersionMismatch"
 )
 
 // Phase is a one-word summary of the cluster for `kubectl get`.
@@ -411,6 +427,17 @@ type PostgresClusterStatus struct {
 	// +operator-sdk:csv:customresourcedefinitions:type=status,displayName="Observed Generation",xDescriptors={"urn:alm:descriptor:text"},order=6
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
 
+	// The PostgreSQL major the cluster's data is in: spec.postgresVersion, or the major pgpilot
+	// chose for a cluster without one when it created it.
+	// +optional
+	// +operator-sdk:csv:customresourcedefinitions:type=status,displayName="PostgreSQL Major",xDescriptors={"urn:alm:descriptor:text"},order=8
+	PostgresMajor int32 `json:"postgresMajor,omitempty"`
+
+	// The running server's version (e.g. 17.12), as the primary's agent reports it.
+	// +optional
+	// +operator-sdk:csv:customresourcedefinitions:type=status,displayName="PostgreSQL Version",xDescriptors={"urn:alm:descriptor:text"},order=8
+	PostgresVersion string `json:"postgresVersion,omitempty"`
+
 	// Version of the pgpilot operator that last reconciled this cluster; after an operator
 	// upgrade it tells which clusters the new version has taken over.
 	// +optional
@@ -451,6 +478,10 @@ type InstanceStatus struct {
 	// upgrade, the instances not yet replaced show the earlier release.
 	// +optional
 	AgentVersion string `json:"agentVersion,omitempty"`
+
+	// The server's version (e.g. 17.12), as its agent reports it.
+	// +optional
+	PostgresVersion string `json:"postgresVersion,omitempty"`
 
 	// primary or replica, as PostgreSQL itself says (pg_is_in_recovery).
 	// +optional
@@ -510,6 +541,7 @@ type InstanceStatus struct {
 // +kubebuilder:printcolumn:name="Ready",type=integer,JSONPath=`.status.readyInstances`
 // +kubebuilder:printcolumn:name="Primary",type=string,JSONPath=`.status.currentPrimary`
 // +kubebuilder:printcolumn:name="Status",type=string,JSONPath=`.status.phase`
+// +kubebuilder:printcolumn:name="Version",type=string,JSONPath=`.status.postgresVersion`
 // +kubebuilder:printcolumn:name="Timeline",type=integer,JSONPath=`.status.timeline`,priority=1
 // +kubebuilder:printcolumn:name="Operator",type=string,JSONPath=`.status.operatorVersion`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`

@@ -121,7 +121,7 @@ func startOperator(ctx context.Context, kubeconfig, logPath string) (*exec.Cmd, 
 		return nil, err
 	}
 	cmd := exec.Command(filepath.Join("bin", "manager"), "--metrics-bind-address=0", "--health-probe-bind-address=0")
-	cmd.Env = append(os.Environ(), "KUBECONFIG="+kubeconfig, "RELATED_IMAGE_POSTGRES=docker.io/library/postgres:15",
+	cmd.Env = append(os.Environ(), "KUBECONFIG="+kubeconfig, "RELATED_IMAGE_POSTGRES_17=ghcr.io/pgpilot/postgresql:17",
 		"RELATED_IMAGE_AGENT=ghcr.io/pgpilot/pgpilot-operator:v"+pgversion.Version)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}

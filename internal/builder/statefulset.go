@@ -3,6 +3,7 @@ package builder
 import (
 	"encoding/json"
 	"fmt"
+	"strconv"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -49,7 +50,14 @@ type Images struct {
 	Postgres string
 	// Agent is the operator's image, which carries the instance agent.
 	Agent string
+	// PostgresMajor is the major of Postgres, recorded on the StatefulSet
+	// (PostgresMajorAnnotation).
+	PostgresMajor int32
 }
+
+// PostgresMajorAnnotation, on the StatefulSet, is the PostgreSQL major its instances were made
+// for: the record of a new cluster's major until its status holds it.
+const PostgresMajorAnnotation = "postgres.pgpilot.io/postgres-major"
 
 // BuildStatefulSet runs the cluster's instances: the instance agent, copied in from the
 // operator image by an init container, supervises PostgreSQL from the PostgreSQL image.
@@ -58,8 +66,12 @@ func BuildStatefulSet(c *pgv1.PostgresCluster, images Images) (*appsv1ac.Statefu
 	if err != nil {
 		return nil, fmt.Errorf("pod template: %w", err)
 	}
-	return appsv1ac.StatefulSet(StatefulSetName(c), c.Namespace).
-		WithLabels(CommonLabels(c)).
+	sts := appsv1ac.StatefulSet(StatefulSetName(c), c.Namespace).
+		WithLabels(CommonLabels(c))
+	if images.PostgresMajor != 0 {
+		sts.WithAnnotations(map[string]string{PostgresMajorAnnotation: strconv.Itoa(int(images.PostgresMajor))})
+	}
+	return sts.
 		WithOwnerReferences(ownerReference(c)).
 		WithSpec(appsv1ac.StatefulSetSpec().
 			WithReplicas(c.Spec.Instances).

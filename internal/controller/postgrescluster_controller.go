@@ -54,9 +54,9 @@ type PostgresClusterReconciler struct {
 	// APIReader reads what the label-scoped cache cannot hold: the user's own Secrets.
 	APIReader client.Reader
 	Recorder  events.EventRecorder
-	// DefaultImage is the PostgreSQL image for clusters without spec.image
-	// (the operator's RELATED_IMAGE_POSTGRES).
-	DefaultImage string
+	// PostgresImages are pgpilot's PostgreSQL images by major, for clusters without spec.image
+	// (the operator's RELATED_IMAGE_POSTGRES_<major>).
+	PostgresImages map[int32]string
 	// AgentImage is the operator's own image, which carries the instance agent.
 	AgentImage string
 	// MaxConcurrentReconciles is safe above 1: the workqueue never hands one key to two workers.

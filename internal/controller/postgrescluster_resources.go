@@ -41,17 +41,23 @@ func (r *PostgresClusterReconciler) ensureConfigMap(ctx context.Context, s *scop
 // +kubebuilder:rbac:groups=apps,resources=statefulsets,verbs=get;list;watch;create;patch;delete
 
 func (r *PostgresClusterReconciler) ensureStatefulSet(ctx context.Context, s *scope) (*stop, error) {
-	image := s.cluster.Spec.Image
-	if image == "" {
-		image = r.DefaultImage
+	live, err := r.liveStatefulSet(ctx, s)
+	if err != nil {
+		return nil, err
 	}
-	if image == "" {
-		return invalid("NoImage", "spec.image is empty and the operator has no default PostgreSQL image (RELATED_IMAGE_POSTGRES)"), nil
+	major, st := resolveMajor(s.cluster, live)
+	if st != nil {
+		return st, nil
+	}
+	s.postgresMajor = major
+	image, st := r.postgresImage(s.cluster, major)
+	if st != nil {
+		return st, nil
 	}
 	if r.AgentImage == "" {
 		return invalid("NoAgentImage", "the operator does not know its own image, which carries the instance agent (set RELATED_IMAGE_AGENT)"), nil
 	}
-	desired, err := pgbuilder.BuildStatefulSet(s.cluster, pgbuilder.Images{Postgres: image, Agent: r.AgentImage})
+	desired, err := pgbuilder.BuildStatefulSet(s.cluster, pgbuilder.Images{Postgres: image, Agent: r.AgentImage, PostgresMajor: major})
 	if err != nil {
 		return invalid("InvalidSpec", err.Error()), nil
 	}

@@ -92,6 +92,7 @@ type summary struct {
 	certificateProblem *reasonMessage
 	// switchoverProblem: the switchover annotation cannot be carried out.
 	switchoverProblem *reasonMessage
+	versions          versionSummary
 }
 
 func summarize(s *scope) summary {
@@ -116,6 +117,7 @@ func summarize(s *scope) summary {
 	sum.backupConfigured, sum.backupProblem = s.cluster.Spec.Backup != nil, s.backupProblem
 	sum.monitoring = summarizeMonitoring(s)
 	sum.certificateProblem, sum.switchoverProblem = s.certificateProblem, s.switchoverProblem
+	sum.versions = summarizeVersions(s, sum.primary)
 	// Before there is a primary, the instances are still being created: their agents' answers
 	// would only churn the status.
 	if sum.primary != "" {
@@ -136,7 +138,7 @@ func instancesStatus(o *observed) []pgv1.InstanceStatus {
 	for i := range o.Pods {
 		st := pgv1.InstanceStatus{Name: o.Pods[i].Name, Ready: ha.PodReady(&o.Pods[i]), Error: o.Failures[o.Pods[i].Name]}
 		if own, ok := o.Reports[st.Name]; ok {
-			st.AgentVersion = agentapi.VersionOf(own)
+			st.AgentVersion, st.PostgresVersion = agentapi.VersionOf(own), own.ServerVersion
 			st.Role, st.Timeline, st.Streaming = own.Role, own.Timeline, own.Streaming
 			st.PendingRestart = own.PendingRestart
 			st.Fenced = own.FencedReason
@@ -205,6 +207,7 @@ func computeStatus(status *pgv1.PostgresClusterStatus, o summary) {
 		status.ObservedGeneration = o.generation
 	}
 	setArchiving(status, o)
+	setVersions(status, o.versions, o.generation)
 	setMonitoring(status, o.monitoring, o.generation)
 	setDegradedCondition(status, o)
 	setReadyCondition(status, o)
@@ -218,6 +221,8 @@ func setDegradedCondition(status *pgv1.PostgresClusterStatus, o summary) {
 	switch {
 	case o.failure != nil:
 		c.Status, c.Reason, c.Message = metav1.ConditionTrue, o.failure.reason, o.failure.message
+	case o.versions.mismatch != nil:
+		c.Status, c.Reason, c.Message = metav1.ConditionTrue, o.versions.mismatch.reason, o.versions.mismatch.message
 	case o.certificateProblem != nil:
 		c.Status, c.Reason = metav1.ConditionTrue, o.certificateProblem.reason
 		c.Message = o.certificateProblem.message + "; the instances keep the certificates they have"

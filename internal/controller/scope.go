@@ -22,6 +22,8 @@ type scope struct {
 	original *pgv1.PostgresCluster
 
 	statefulSet *appsv1.StatefulSet
+	// postgresMajor is the PostgreSQL major the cluster runs (resolveMajor), 0 until known.
+	postgresMajor int32
 	// credentialsVersions are the credentials Secrets' resourceVersions, by name, as ensured;
 	// credentialsAnnounced is set once a rotation (if any) was announced, for the status.
 	credentialsVersions  map[string]string

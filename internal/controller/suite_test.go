@@ -51,7 +51,7 @@ func (c *shiftedClock) now() time.Time           { return time.Now().Add(time.Du
 func (c *shiftedClock) advance(by time.Duration) { c.offset.Add(int64(by)) }
 
 const (
-	testImage           = "registry.example/postgres:15"
+	testImage           = "registry.example/postgresql:17"
 	testAgentImage      = "registry.example/pgpilot-operator:test"
 	testRequeueInterval = time.Second
 )
@@ -89,7 +89,7 @@ var _ = BeforeSuite(func() {
 		Client:                  countingClient{Client: mgr.GetClient(), writes: writes},
 		APIReader:               mgr.GetAPIReader(),
 		Recorder:                mgr.GetEventRecorder("pgpilot"),
-		DefaultImage:            testImage,
+		PostgresImages:          map[int32]string{15: "registry.example/postgresql:15", 17: testImage},
 		AgentImage:              testAgentImage,
 		MaxConcurrentReconciles: 2,
 		ReconcileTimeout:        30 * time.Second,

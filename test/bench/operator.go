@@ -61,7 +61,7 @@ func (o *operator) start(ctx context.Context) error {
 		"--leader-elect", "--leader-election-namespace=default",
 		"--metrics-bind-address=" + o.metricsAddr, "--metrics-secure=false",
 		"--health-probe-bind-address=" + probeAddr, "--pprof-bind-address=" + o.pprofAddr}, o.flags...)...)
-	o.cmd.Env = append(os.Environ(), "KUBECONFIG="+o.kubeconfig, "RELATED_IMAGE_POSTGRES=postgres:15", "RELATED_IMAGE_AGENT=pgpilot-operator:bench")
+	o.cmd.Env = append(os.Environ(), "KUBECONFIG="+o.kubeconfig, "RELATED_IMAGE_POSTGRES_17=postgresql:17", "RELATED_IMAGE_AGENT=pgpilot-operator:bench")
 	o.cmd.Stdout, o.cmd.Stderr = logFile, logFile
 	o.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := o.cmd.Start(); err != nil {

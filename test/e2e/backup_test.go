@@ -240,6 +240,7 @@ func recoverInto(ctx context.Context, source *pgv1.PostgresCluster, name string,
 	restored := loadSample(source.Namespace)
 	restored.Name = name
 	restored.Spec.Instances = 1
+	restored.Spec.PostgresVersion = source.Spec.PostgresVersion
 	restored.Spec.Storage.ReclaimPolicy = pgv1.PVCReclaimDelete
 	restored.Spec.Backup = backupSpec()
 	restored.Spec.Bootstrap.Recovery = &pgv1.RecoverySpec{

@@ -41,6 +41,7 @@ var _ = Describe("The sample PostgresCluster", Ordered, func() {
 		}
 		volumes = boundVolumes(ctx, cluster)
 		Expect(volumes).To(HaveLen(int(cluster.Spec.Instances)))
+		expectDefaultImage(ctx, cluster)
 	})
 
 	It("answers SQL through its read-write Service", func(ctx SpecContext) {

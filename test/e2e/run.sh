@@ -114,13 +114,16 @@ LOCALCLUSTER_IMAGES=$("$LOCALCLUSTER" images)
 image_ref() { awk -v name="$1" '$1 == name {print $2}' <<<"$LOCALCLUSTER_IMAGES"; }
 # kubectl finds the plugin on PATH, as it does for users.
 export E2E_PLUGIN_DIR=$PWD/bin
-export E2E_HTTPCHECK_IMAGE E2E_BUSYBOX_IMAGE E2E_POSTGRES_IMAGE E2E_POSTGRES_SECOND_TAG E2E_PROMETHEUS_IMAGE
+export E2E_HTTPCHECK_IMAGE E2E_BUSYBOX_IMAGE E2E_POSTGRES_IMAGE E2E_POSTGRES_SECOND_TAG E2E_PROMETHEUS_IMAGE \
+  E2E_THIRD_PARTY_POSTGRES_IMAGE
 E2E_HTTPCHECK_IMAGE=$(image_ref httpcheck)
 E2E_PROMETHEUS_IMAGE=$(image_ref prometheus)
 E2E_BUSYBOX_IMAGE=$(image_ref busybox)
-# The same PostgreSQL image under a second tag, for the spec that rolls an image change.
-E2E_POSTGRES_IMAGE=$(image_ref postgres)
+# The default PostgreSQL image (pgpilot's 17, by its real name) under a second tag, for the spec
+# that rolls an image change; the stand-in of a third-party image without pgBackRest.
+E2E_POSTGRES_IMAGE=$(image_ref postgresql-17)
 E2E_POSTGRES_SECOND_TAG=${E2E_POSTGRES_IMAGE%:*}:e2e-second-tag
+E2E_THIRD_PARTY_POSTGRES_IMAGE=$(image_ref official-postgres)
 
 # The specs are built on the host (the module proxy is not reachable from the node's namespace)
 # and run inside it, where the API server and Services are, by the ginkgo CLI of go.mod's

@@ -61,7 +61,7 @@ func startManagerWithEnv(name string, env []string, args ...string) *managerProc
 	}, args...)...)
 	m.cmd.Env = append(os.Environ(),
 		"KUBECONFIG="+managerKubeconfig,
-		"RELATED_IMAGE_POSTGRES=postgres:15",
+		"RELATED_IMAGE_POSTGRES_17=postgresql:17",
 		"RELATED_IMAGE_AGENT=pgpilot-operator:test",
 	)
 	m.cmd.Env = append(m.cmd.Env, env...)

@@ -12,6 +12,7 @@ import (
 	"github.com/pgpilot/pgpilot-operator/api/agentapi"
 	pgv1 "github.com/pgpilot/pgpilot-operator/api/v1alpha1"
 	pgbuilder "github.com/pgpilot/pgpilot-operator/internal/builder"
+	"github.com/pgpilot/pgpilot-operator/internal/controller"
 )
 
 // checkDescriptionClaims holds what OperatorHub shows users against what the operator does:
@@ -52,18 +53,47 @@ func checkDescriptionClaims(t *testing.T, csv *operatorsv1alpha1.ClusterServiceV
 		t.Errorf("the description counts %v alerts; config/prometheus/rules.yaml has %d", m, alerts)
 	}
 
-	// The default PostgreSQL image named in the prerequisites is the manager's.
-	image := ""
+	checkVersionClaims(t, csv)
+}
+
+// checkVersionClaims: the majors the description names are the ones pgpilot ships images of
+// (images/postgresql/majors), each with the manager's image for it, and the default is the
+// operator's.
+func checkVersionClaims(t *testing.T, csv *operatorsv1alpha1.ClusterServiceVersion) {
+	t.Helper()
+	description := csv.Spec.Description
+	images := map[string]string{}
 	for _, d := range csv.Spec.InstallStrategy.StrategySpec.DeploymentSpecs {
 		for _, c := range d.Spec.Template.Spec.Containers {
 			for _, e := range c.Env {
-				if e.Name == "RELATED_IMAGE_POSTGRES" {
-					image = e.Value
-				}
+				images[e.Name] = e.Value
 			}
 		}
 	}
-	if image == "" || !strings.Contains(description, "(`"+image+"` by default)") {
-		t.Errorf("the description's default PostgreSQL image is not the manager's RELATED_IMAGE_POSTGRES %q", image)
+	recipe, err := os.ReadFile(repoPath("images", "postgresql", "majors"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var shipped []string
+	for _, m := range regexp.MustCompile(`(?m)^(\d+)\s`).FindAllStringSubmatch(string(recipe), -1) {
+		shipped = append(shipped, m[1])
+	}
+	var supported []string
+	for _, major := range controller.SupportedPostgresMajors {
+		supported = append(supported, fmt.Sprint(major))
+		image := images[controller.PostgresImageVariable(major)]
+		if image == "" || !strings.Contains(description, "`"+strings.TrimSuffix(image, fmt.Sprint(major))) {
+			t.Errorf("the description does not name the manager's image of PostgreSQL %d (%q)", major, image)
+		}
+	}
+	if strings.Join(shipped, ",") != strings.Join(supported, ",") {
+		t.Errorf("images/postgresql/majors ships %v, the operator supports %v", shipped, supported)
+	}
+	names := strings.Join(supported[:len(supported)-1], ", ") + " and " + supported[len(supported)-1]
+	if !strings.Contains(description, "PostgreSQL "+names) {
+		t.Errorf("the description does not say PostgreSQL %s", names)
+	}
+	if !strings.Contains(description, fmt.Sprintf("%d when unset", controller.DefaultPostgresMajor)) {
+		t.Errorf("the description does not name the default major %d", controller.DefaultPostgresMajor)
 	}
 }

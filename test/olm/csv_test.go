@@ -142,8 +142,11 @@ func TestCSVIsComplete(t *testing.T) {
 		if slices.Contains(manager.Args, "--metrics-secure=false") {
 			t.Error("metrics must stay HTTPS with authentication and authorization")
 		}
-		if env := envVar(manager, "RELATED_IMAGE_POSTGRES"); env == nil || env.Value != "docker.io/library/postgres:15" {
-			t.Errorf("RELATED_IMAGE_POSTGRES = %+v, want docker.io/library/postgres:15", env)
+		for _, major := range controller.SupportedPostgresMajors {
+			want := fmt.Sprintf("ghcr.io/pgpilot/postgresql:%d", major)
+			if env := envVar(manager, controller.PostgresImageVariable(major)); env == nil || env.Value != want {
+				t.Errorf("%s = %+v, want pgpilot's image %s", controller.PostgresImageVariable(major), env, want)
+			}
 		}
 		if env := envVar(manager, "RELATED_IMAGE_AGENT"); env == nil || env.Value != manager.Image {
 			t.Errorf("RELATED_IMAGE_AGENT = %+v, want the manager's image", env)

@@ -7,6 +7,9 @@
 IMAGE_FORMAT=2
 
 declare -A IMAGE_REF IMAGE_TAR
+# IMAGE_ALIAS[name]: the upstream reference an image is also published under, for whatever
+# pulls it by that name (pgpilot's own PostgreSQL images, the third-party stand-in).
+declare -A IMAGE_ALIAS
 
 # assemble_image REF ROOTFS OUT [UMOCI_CONFIG_FLAGS...]: one layer holding ROOTFS.
 assemble_image() {
@@ -87,14 +90,30 @@ build_busybox_image() {
   rm -rf "$root"
 }
 
-build_postgres_image() {
+# postgresql_image MAJOR REF OUT: pgpilot's PostgreSQL MAJOR image (images/postgresql) from the
+# root hack/postgres-rootfs.sh builds with the recipe, configured as the Containerfile does.
+postgresql_image() {
+  local major=$1
+  assemble_image "$2" "$(postgres_rootfs "$major")" "$3" \
+    --config.cmd postgres --config.user 999:999 \
+    --config.env "PATH=/usr/lib/postgresql/$major/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin" \
+    --config.env PGDATA=/var/lib/postgresql/data --config.env LANG=C.UTF-8 \
+    --config.env "PG_MAJOR=$major" --config.exposedports 5432/tcp --config.stopsignal SIGINT
+}
+
+# The stand-in of a third-party image, docker.io/library/postgres:15 (the default of releases
+# before 0.4.0): PostgreSQL 15 alone, without pgBackRest, with the official image's entrypoint
+# (images/postgres-official/), run as the official image runs.
+official_postgres_image() {
   local root
   root=$(new_root)
-  # debootstrap and apt are chatty: keep their output for when something goes wrong.
-  if ! "$LC_DIR/images/postgres/build-rootfs.sh" "$root" "$(debian_mirror)" >"$IMAGE_CACHE/postgres-build.log" 2>&1; then
-    tail -20 "$IMAGE_CACHE/postgres-build.log" >&2
-    die "building the PostgreSQL root filesystem failed (log: $IMAGE_CACHE/postgres-build.log)"
-  fi
+  cp -a "$(postgres_rootfs 15 postgresql-15)/." "$root/"
+  install -m 0755 "$LC_DIR/images/postgres/docker-entrypoint.sh" "$root/usr/local/bin/docker-entrypoint.sh"
+  ln -sf usr/local/bin/docker-entrypoint.sh "$root/docker-entrypoint.sh"
+  mkdir -p "$root/docker-entrypoint-initdb.d"
+  chmod 1777 "$root/var/lib/postgresql/data"
+  # As in the official image: servers initialised from the sample listen on every address.
+  sed -ri "s!^#?(listen_addresses)\s*=\s*\S+.*!\1 = '*'!" "$root/usr/share/postgresql/15/postgresql.conf.sample"
   assemble_image "$1" "$root" "$2" \
     --config.entrypoint docker-entrypoint.sh --config.cmd postgres --config.user 999:999 \
     --config.env PATH=/usr/lib/postgresql/15/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
@@ -104,6 +123,17 @@ build_postgres_image() {
   rm -rf "$root"
 }
 
+# postgres_rootfs MAJOR [PACKAGE...]: the cached root of hack/postgres-rootfs.sh, built when
+# missing (its log is kept beside it).
+postgres_rootfs() {
+  "$REPO_ROOT/hack/postgres-rootfs.sh" "$@" || die "building the PostgreSQL $1 root filesystem failed"
+}
+
+# POSTGRES_MAJORS: the majors of images/postgresql/majors.
+mapfile -t POSTGRES_MAJORS < <(awk '$1 ~ /^[0-9]+$/ { print $1 }' "$REPO_ROOT/images/postgresql/majors")
+# shellcheck disable=SC2034 # up.sh loads them
+POSTGRES_IMAGES=("${POSTGRES_MAJORS[@]/#/postgresql-}")
+
 # debian_mirror: the Debian mirror the host's apt uses, so the image comes from the same place.
 debian_mirror() {
   local uri
@@ -112,16 +142,17 @@ debian_mirror() {
   echo "${uri:-http://deb.debian.org/debian}"
 }
 
-# image NAME REPO KEY BUILDER: the cached tarball of NAME for KEY, built by BUILDER REF OUT
-# when missing; records its reference and tarball.
+# image NAME REPO KEY BUILDER [ARG...]: the cached tarball of NAME for KEY, built by BUILDER
+# ARG... REF OUT when missing; records its reference and tarball.
 image() {
   local name=$1 repo=$2 key=$3 builder=$4
+  local -a args=("${@:5}")
   key=$(printf '%s\n' "$IMAGE_FORMAT" "$key" | sha256sum | cut -c1-12)
   local ref=$REGISTRY_HOST/$repo:$key tar=$IMAGE_CACHE/$name-$key.tar
   if [[ ! -f $tar ]]; then
     log "building image $ref"
     local start=$SECONDS
-    "$builder" "$ref" "$tar.partial.$$"
+    "$builder" "${args[@]}" "$ref" "$tar.partial.$$"
     mv "$tar.partial.$$" "$tar"
     log "built image $name in $((SECONDS - start))s ($(du -h "$tar" | cut -f1))"
     # Keep the three newest tarballs of an image (switching branches stays cheap), not every one.
@@ -162,15 +193,17 @@ build_images() {
   image busybox busybox "$(dpkg-query -W -f='${Version}' busybox-static)" build_busybox_image
   image httpcheck httpcheck "$(sha256sum <"$(bin httpcheck)")" build_httpcheck_image
   image versitygw versitygw "$(sha256sum <"$(bin versitygw)")" build_versitygw_image
-  image postgres postgres "$(postgres_image_inputs)" build_postgres_image
+  local major root
+  for major in "${POSTGRES_MAJORS[@]}"; do
+    root=$(postgres_rootfs "$major")
+    image "postgresql-$major" postgresql "$major $(basename "$root")" postgresql_image "$major"
+    IMAGE_ALIAS[postgresql-$major]=ghcr.io/pgpilot/postgresql:$major
+  done
+  root=$(postgres_rootfs 15 postgresql-15)
+  image official-postgres official-postgres "$(basename "$root") $(hash_inputs "$LC_DIR/images/postgres")" \
+    official_postgres_image
+  IMAGE_ALIAS[official-postgres]=docker.io/library/postgres:15
   image prometheus prometheus "$(sha256sum <"$(bin prometheus)")" build_prometheus_image
-}
-
-# postgres_image_inputs: the recipe and the PostgreSQL and pgBackRest versions apt offers now,
-# so a Debian update of postgresql-15 or pgbackrest rebuilds the image.
-postgres_image_inputs() {
-  hash_inputs "$LC_DIR/images/postgres"
-  apt-cache policy postgresql-15 pgbackrest 2>/dev/null | awk '/Candidate/ {print $2}'
 }
 
 # build_operator_binaries SRC OUT: the Dockerfile's binaries from the tree SRC, static (CGO off,
@@ -195,19 +228,23 @@ build_operator_from_source() {
   image operator pgpilot-operator "$(cd "$OPERATOR_BUILD" && sha256sum ./*)" build_operator_image
 }
 
-# load_tarball TAR REF: import into containerd's k8s.io namespace (kubelet uses it directly)
-# and push to the in-namespace registry (for whatever pulls by reference, like OLM).
+# load_tarball TAR REF [ALIAS]: import into containerd's k8s.io namespace (kubelet uses it
+# directly) and push to the in-namespace registry (for whatever pulls by reference, like OLM),
+# under ALIAS too when given.
 load_tarball() {
-  local tar=$1 ref=$2
+  local tar=$1 ref=$2 alias=${3:-}
   "${CTR[@]}" images import "$tar" >/dev/null
   ns_exec skopeo copy --quiet --dest-tls-verify=false "docker-archive:$tar" "docker://$REGISTRY_ADDR/${ref#*/}"
+  [[ -n $alias ]] || return 0
+  "${CTR[@]}" images tag --force "$ref" "$alias" >/dev/null
+  ns_exec skopeo copy --quiet --dest-tls-verify=false "docker-archive:$tar" "docker://$REGISTRY_ADDR/${alias#*/}"
 }
 
 # load_images NAME...: load the named cached images; in parallel, as imports are I/O bound.
 load_images() {
   local name pids=() failed=0
   for name in "$@"; do
-    load_tarball "${IMAGE_TAR[$name]}" "${IMAGE_REF[$name]}" &
+    load_tarball "${IMAGE_TAR[$name]}" "${IMAGE_REF[$name]}" "${IMAGE_ALIAS[$name]:-}" &
     pids+=($!)
   done
   for name in "${pids[@]}"; do wait "$name" || failed=1; done

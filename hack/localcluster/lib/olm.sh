@@ -166,7 +166,6 @@ build_olm_images() {
     build_pgpilot_scorecard_image
   RELEASE_REF[pgpilot-scorecard]=${made[1]}
   RELEASE_REF[operator]=${made[2]}
-  RELEASE_REF[postgres]=docker.io/library/postgres:15
   # A bundle image per catalog entry, under the image the entry names: this clone's bundle/ for
   # its own version, the catalog's copy (hack/olm/bundle-dir) for every earlier release, whose
   # operator is built from its tag and published as its CSV names it.

@@ -15,9 +15,10 @@ kustomize_bin() {
 }
 
 # write_overlay DIR: config/default as `make deploy` builds it, in an overlay so the clone's
-# config/manager/kustomization.yaml is not edited: the image is the one just built, the default
-# PostgreSQL image (RELATED_IMAGE_POSTGRES) is the local one, and the instance agent's image
-# (RELATED_IMAGE_AGENT) is the operator's own, as the OLM bundle sets them.
+# config/manager/kustomization.yaml is not edited: the image is the one just built and the
+# instance agent's image (RELATED_IMAGE_AGENT) is the operator's own, as the OLM bundle sets
+# them. The PostgreSQL images keep their real names (RELATED_IMAGE_POSTGRES_<major>): the
+# cluster has pgpilot's own images under them (images.sh, IMAGE_ALIAS).
 write_overlay() {
   local dir=$1 ref=${IMAGE_REF[operator]} base
   mkdir -p "$dir"
@@ -44,8 +45,6 @@ patches:
           containers:
           - name: manager
             env:
-            - name: RELATED_IMAGE_POSTGRES
-              value: ${IMAGE_REF[postgres]}
             - name: RELATED_IMAGE_AGENT
               value: $ref
 EOF

@@ -130,7 +130,7 @@ up() {
   # The sandbox image must be there before kubelet starts its first pod; the others load while
   # the control plane boots.
   load_images pause
-  load_images coredns local-path-provisioner busybox httpcheck versitygw postgres prometheus >"$STATE/logs/load-images.log" 2>&1 &
+  load_images coredns local-path-provisioner busybox httpcheck versitygw "${POSTGRES_IMAGES[@]}" official-postgres prometheus >"$STATE/logs/load-images.log" 2>&1 &
   local loader=$!
   start_control_plane
   start_node

@@ -66,16 +66,49 @@ func (i *Instance) InitDB(ctx context.Context, superuserPassword string) error {
 		return err
 	}
 	defer func() { _ = os.Remove(pwfile) }()
-	return i.run(ctx, "initdb",
-		"--pgdata="+i.DataDir,
-		"--username=postgres",
-		"--pwfile="+pwfile,
-		"--auth-local=peer",
-		"--auth-host=scram-sha-256",
-		"--data-checksums",
-		"--encoding=UTF8",
-		"--locale=C",
-	)
+	major, err := i.BinariesMajor(ctx)
+	if err != nil {
+		return err
+	}
+	args := []string{"--pgdata=" + i.DataDir, "--username=postgres", "--pwfile=" + pwfile,
+		"--auth-local=peer", "--auth-host=scram-sha-256", "--data-checksums", "--encoding=UTF8"}
+	return i.run(ctx, "initdb", append(args, InitLocale(major)...)...)
+}
+
+// InitLocale is initdb's locale for a new cluster of major: a sort order that no C library or
+// ICU update can change, so moving the cluster to an image built on another Debian release
+// never leaves an index sorted by other rules. From PostgreSQL 17 on, the builtin provider's
+// C.UTF-8 (code point order, Unicode character classes, both PostgreSQL's own); before, the
+// C locale (byte order, which for UTF-8 is code point order too; ASCII-only character
+// classes).
+func InitLocale(major int) []string {
+	if major >= 17 {
+		return []string{"--locale-provider=builtin", "--locale=C.UTF-8"}
+	}
+	return []string{"--locale=C"}
+}
+
+// BinariesMajor is the major version of the server binaries in BinDir (postgres --version).
+func (i *Instance) BinariesMajor(ctx context.Context) (int, error) {
+	out, err := exec.CommandContext(ctx, filepath.Join(i.BinDir, "postgres"), "--version").Output()
+	if err != nil {
+		return 0, fmt.Errorf("postgres --version: %w", err)
+	}
+	return ParseMajor(string(out))
+}
+
+// ParseMajor reads the major from postgres --version's answer, "postgres (PostgreSQL) 17.12
+// (Debian 17.12-0+deb13u1)".
+func ParseMajor(versionOutput string) (int, error) {
+	fields := strings.Fields(versionOutput)
+	if len(fields) < 3 {
+		return 0, fmt.Errorf("unexpected postgres --version output %q", versionOutput)
+	}
+	major, err := strconv.Atoi(strings.SplitN(fields[2], ".", 2)[0])
+	if err != nil {
+		return 0, fmt.Errorf("unexpected postgres --version output %q: %w", versionOutput, err)
+	}
+	return major, nil
 }
 
 // Clone copies the primary's data with pg_basebackup as a streaming standby: standby.signal

@@ -14,6 +14,7 @@ func QueryStatus(ctx context.Context, conn *pgx.Conn) (*agentapi.Status, error) 
 	s := &agentapi.Status{}
 	var inRecovery bool
 	var current, receive, replay *string
+	var versionNum int
 	// A primary's timeline is its current WAL file's: the control file's checkpoint lags a
 	// promotion until the next checkpoint.
 	err := conn.QueryRow(ctx, `SELECT pg_is_in_recovery(),
@@ -21,7 +22,8 @@ func QueryStatus(ctx context.Context, conn *pgx.Conn) (*agentapi.Status, error) 
 			ELSE ('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::int END,
 		CASE WHEN pg_is_in_recovery() THEN NULL ELSE pg_current_wal_lsn()::text END,
 		pg_last_wal_receive_lsn()::text,
-		pg_last_wal_replay_lsn()::text`).Scan(&inRecovery, &s.Timeline, &current, &receive, &replay)
+		pg_last_wal_replay_lsn()::text,
+		current_setting('server_version_num')::int`).Scan(&inRecovery, &s.Timeline, &current, &receive, &replay, &versionNum)
 	if err != nil {
 		return nil, fmt.Errorf("query role and positions: %w", err)
 	}
@@ -35,6 +37,10 @@ func QueryStatus(ctx context.Context, conn *pgx.Conn) (*agentapi.Status, error) 
 		}
 	}
 	s.CurrentLSN, s.ReceiveLSN, s.ReplayLSN = deref(current), deref(receive), deref(replay)
+	s.ServerVersion = FormatVersion(versionNum)
+	if s.CollationMismatches, err = collationMismatches(ctx, conn); err != nil {
+		return nil, err
+	}
 
 	rows, err := conn.Query(ctx, `SELECT name FROM pg_settings WHERE pending_restart ORDER BY name`)
 	if err != nil {
@@ -137,4 +143,27 @@ func EnsureSynchronousStandbyNames(ctx context.Context, conn *pgx.Conn, value st
 		return false, nil
 	}
 	return true, alterSystem(ctx, conn, "synchronous_standby_names", value)
+}
+
+// FormatVersion turns server_version_num (170012) into major.minor (17.12).
+func FormatVersion(num int) string {
+	return fmt.Sprintf("%d.%d", num/10000, num%10000)
+}
+
+// collationMismatches are the databases whose default collation's recorded version is not the
+// one the C library or ICU gives now (a new image on another Debian release): indexes on text
+// may sort differently from what is stored. A database without a recorded version (the C and
+// POSIX locales have none) is never reported.
+func collationMismatches(ctx context.Context, conn *pgx.Conn) ([]agentapi.CollationMismatch, error) {
+	rows, err := conn.Query(ctx, `SELECT datname::text, datcollversion, actual FROM (
+		SELECT datname, datcollversion, pg_database_collation_actual_version(oid) AS actual FROM pg_database) d
+		WHERE datcollversion IS NOT NULL AND actual IS NOT NULL AND datcollversion <> actual ORDER BY datname`)
+	if err != nil {
+		return nil, fmt.Errorf("query collation versions: %w", err)
+	}
+	found, err := pgx.CollectRows(rows, pgx.RowToStructByPos[agentapi.CollationMismatch])
+	if err != nil {
+		return nil, fmt.Errorf("read collation versions: %w", err)
+	}
+	return found, nil
 }
