@@ -123,13 +123,25 @@ vet: ## Run go vet against code.
 test: host-packages manifests generate fmt vet lint-shell envtest versitygw operator-sdk opm kustomize ## Run every test: shellcheck, the e2e specs on the local cluster, with a few seconds of every fuzz target, the unit and envtest suites, packaging checks and benchmark budgets (test-unit) running beside its OLM phase.
 	@# The recipes of test-e2e and test-unit, without their prerequisites again: this target has
 	@# made them, and CI's CPU is the limit.
-	E2E_BESIDE_OLM='$(MAKE) --no-print-directory fuzz-short && $(UNIT_TESTS)' test/e2e/run.sh
+	E2E_BESIDE_OLM='$(MAKE) --no-print-directory fuzz-short && $(UNIT_TESTS) && $(IMAGE_TESTS)' test/e2e/run.sh
 
 # UNIT_TESTS are the unit and envtest suites, packaging checks and benchmark budgets. They run
 # beside the OLM phase on 2 cores, where the agent's real-server suite takes about 3x its time
 # alone (385 s in one run): go test's default 10-minute limit per package is too close.
 GO_TEST_FLAGS ?= -timeout 25m
 UNIT_TESTS = KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" PGPILOT_VERSITYGW="$(VERSITYGW)" go test $(GO_TEST_FLAGS) ./... -coverprofile cover.out
+
+# IMAGE_TESTS run the real-server suites against every other major pgpilot ships (the host has
+# Debian 12's PostgreSQL 15), inside the root filesystem of pgpilot's image of that major
+# (hack/test-in-image.sh; the local cluster builds the same roots for its images).
+IMAGE_TEST_MAJORS = $(shell awk '$$1 ~ /^[0-9]+$$/ && $$1 != 15 { print $$1 }' images/postgresql/majors)
+IMAGE_TEST_PACKAGES = ./internal/instance/postgres ./internal/instance/exporter ./internal/instance/pgbackrest ./internal/instance/agent
+IMAGE_TESTS = for major in $(IMAGE_TEST_MAJORS); do \
+	PGPILOT_VERSITYGW="$(VERSITYGW)" hack/test-in-image.sh $$major $(IMAGE_TEST_PACKAGES) || exit 1; done
+
+.PHONY: test-majors
+test-majors: versitygw ## Run the real-server suites against PostgreSQL 17 and 18 inside pgpilot's images of them (root: chroot).
+	$(IMAGE_TESTS)
 
 .PHONY: test-unit
 test-unit: host-packages manifests envtest versitygw operator-sdk opm ## Run the unit and envtest suites, packaging checks and the benchmark budgets (no local cluster).
@@ -223,6 +235,15 @@ run: manifests generate fmt vet ## Run a controller from your host.
 .PHONY: docker-build
 docker-build: ## Build docker image with the manager.
 	$(CONTAINER_TOOL) build -t ${IMG} .
+
+# POSTGRES_IMAGE_BASE is where pgpilot's PostgreSQL images are published (tag: the major).
+POSTGRES_IMAGE_BASE ?= ghcr.io/pgpilot/postgresql
+
+.PHONY: postgres-images
+postgres-images: ## Build pgpilot's PostgreSQL image of every major images/postgresql/majors lists.
+	awk '$$1 ~ /^[0-9]+$$/ { print $$1, $$2 }' images/postgresql/majors | while read -r major suite; do \
+		$(CONTAINER_TOOL) build --build-arg PG_MAJOR=$$major --build-arg DEBIAN_SUITE=$$suite \
+			-t $(POSTGRES_IMAGE_BASE):$$major images/postgresql || exit 1; done
 
 .PHONY: docker-push
 docker-push: ## Push docker image with the manager.

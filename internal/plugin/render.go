@@ -89,6 +89,9 @@ func (p printer) header(v ClusterView) {
 	if v.Synchronous != "" {
 		p.line("Synchronous:  %s", v.Synchronous)
 	}
+	if v.PostgresVersion != "" {
+		p.line("PostgreSQL:   %s", v.PostgresVersion)
+	}
 	if v.Image != "" {
 		p.line("Image:        %s", v.Image)
 	}

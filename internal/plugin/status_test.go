@@ -30,11 +30,11 @@ func ago(d time.Duration) metav1.Time { return metav1.NewTime(now.Add(-d)) }
 func fixture() (*pgv1.PostgresCluster, []corev1.Pod, []corev1.Event) {
 	c := &pgv1.PostgresCluster{
 		ObjectMeta: metav1.ObjectMeta{Name: "db", Namespace: "shop"},
-		Spec: pgv1.PostgresClusterSpec{Instances: 3, Image: "ghcr.io/pgpilot/postgres:15",
+		Spec: pgv1.PostgresClusterSpec{Instances: 3, Image: "ghcr.io/pgpilot/postgresql:17",
 			Backup: &pgv1.ClusterBackupSpec{}},
 		Status: pgv1.PostgresClusterStatus{
 			Phase: pgv1.PhaseReady, Instances: 3, ReadyInstances: 3, CurrentPrimary: "db-1",
-			CurrentPrimaryTimestamp: ptr.To(ago(2 * time.Hour)), Timeline: 2, OperatorVersion: "0.3.0",
+			CurrentPrimaryTimestamp: ptr.To(ago(2 * time.Hour)), Timeline: 2, OperatorVersion: "0.3.0", PostgresVersion: "17.12",
 			Conditions: []metav1.Condition{
 				{Type: "Ready", Status: "True", Reason: "ClusterReady", Message: "3 of 3 instances ready", LastTransitionTime: ago(90 * time.Minute)},
 				{Type: "Degraded", Status: "False", Reason: "Healthy", LastTransitionTime: ago(90 * time.Minute)},

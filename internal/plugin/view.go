@@ -30,6 +30,7 @@ type ClusterView struct {
 	PrimarySince    *metav1.Time    `json:"primarySince,omitempty"`
 	Timeline        int64           `json:"timeline,omitempty"`
 	OperatorVersion string          `json:"operatorVersion,omitempty"`
+	PostgresVersion string          `json:"postgresVersion,omitempty"`
 	Image           string          `json:"image,omitempty"`
 	Synchronous     string          `json:"synchronous,omitempty"`
 	InProgress      string          `json:"inProgress,omitempty"`
@@ -100,6 +101,7 @@ func BuildClusterView(c *pgv1.PostgresCluster, pods []corev1.Pod, events []corev
 		Instances: c.Spec.Instances, ReadyInstances: c.Status.ReadyInstances,
 		Primary: c.Status.CurrentPrimary, PrimarySince: c.Status.CurrentPrimaryTimestamp,
 		Timeline: c.Status.Timeline, OperatorVersion: c.Status.OperatorVersion, Image: c.Spec.Image,
+		PostgresVersion: c.Status.PostgresVersion,
 		InProgress: inProgress(c.Status), Synchronous: synchronous(c.Spec.PostgreSQL.Synchronous),
 	}
 	for _, cond := range c.Status.Conditions {

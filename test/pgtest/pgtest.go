@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"os"
+	"os/exec"
 	"os/user"
 	"path/filepath"
 	"strconv"
@@ -47,6 +48,20 @@ func BinDir(t TB) string {
 		t.Fatalf("PostgreSQL server binaries not found in %s (install postgresql-15 or set PGPILOT_PG_BINDIR): %v", dir, err)
 	}
 	return dir
+}
+
+// Major is the major version of the server binaries the tests run (BinDir).
+func Major(t TB) int {
+	t.Helper()
+	out, err := exec.Command(filepath.Join(BinDir(t), "postgres"), "--version").Output()
+	if err != nil {
+		t.Fatalf("postgres --version: %v", err)
+	}
+	major, err := postgres.ParseMajor(string(out))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return major
 }
 
 // RunAs is the postgres OS user when the tests run as root, which PostgreSQL refuses.

@@ -62,7 +62,8 @@ func TestExporterOnAPrimaryAndAStandby(t *testing.T) {
 	}
 	for _, m := range []metrics{p, s} {
 		m.expectAll(t, common)
-		m.expectOne(t, "pgpilot_postgres_version_num", "version=15.", atLeast(150000))
+		major := pgtest.Major(t)
+		m.expectOne(t, "pgpilot_postgres_version_num", fmt.Sprintf("version=%d.", major), atLeast(float64(major*10000)))
 		m.expectNoQueryErrors(t)
 	}
 	p.expectAll(t, []expectation{

@@ -1,5 +1,5 @@
 #!/bin/bash
-# Entrypoint of the local cluster's PostgreSQL 15 image (Debian bookworm packages).
+# Entrypoint of the local cluster's stand-in for a third-party PostgreSQL 15 image (Debian bookworm packages).
 #
 # It keeps the contract of the official postgres image's docker-entrypoint.sh that pgpilot's
 # StatefulSet relies on: with `postgres ARGS...` as the command and PGDATA, POSTGRES_USER and

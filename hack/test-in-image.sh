@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# test-in-image.sh MAJOR PACKAGE...: runs the Go test packages against pgpilot's PostgreSQL MAJOR
+# image's own server binaries, inside its root filesystem (hack/postgres-rootfs.sh), for the
+# majors whose packages a host of another Debian release cannot install. The tests are built
+# static on the host and run as root in a chroot over a throwaway overlay of the root (the cached
+# root is never written), with this clone and the test tools at their own paths, in a private
+# mount namespace that takes every mount along when it ends. Servers listen on loopback, as on
+# the host. Extra go test flags come from TEST_FLAGS (e.g. TEST_FLAGS='-test.run=TestClone').
+set -euo pipefail
+
+MAJOR=$1
+shift
+REPO_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+[[ $(id -u) == 0 ]] || { echo "test-in-image: runs as root (chroot, mounts)" >&2; exit 1; }
+ROOT=$("$REPO_ROOT/hack/postgres-rootfs.sh" "$MAJOR")
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/pgpilot-image-tests.XXXXXX")
+trap 'rm -rf "$WORK"' EXIT
+mkdir -p "$WORK/bin" "$WORK/upper" "$WORK/overlay-work" "$WORK/merged"
+
+for pkg in "$@"; do
+  (cd "$REPO_ROOT" && CGO_ENABLED=0 go test -c -o "$WORK/bin/$(basename "$pkg").test" "$pkg")
+done
+
+# The paths the tests find outside the root, mounted at the same place inside it.
+shared=("$REPO_ROOT" "$WORK/bin")
+[[ -z ${PGPILOT_VERSITYGW:-} ]] || shared+=("$(dirname "$PGPILOT_VERSITYGW")")
+
+# shellcheck disable=SC2016 # expanded by the inner bash
+unshare --mount --propagation private --fork -- bash -euo pipefail -c '
+  root=$1 work=$2 major=$3 repo=$4 count=$5
+  shift 5
+  merged=$work/merged
+  mount -t overlay overlay -o "lowerdir=$root,upperdir=$work/upper,workdir=$work/overlay-work" "$merged"
+  mount -t proc proc "$merged/proc"
+  mount --rbind /dev "$merged/dev"
+  mount -t tmpfs tmpfs "$merged/tmp"
+  for ((i = 0; i < count; i++)); do
+    mkdir -p "$merged$1" && mount --bind "$1" "$merged$1"
+    shift
+  done
+  status=0
+  for pkg in "$@"; do
+    echo "=== PostgreSQL $major: $pkg"
+    chroot "$merged" env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root TMPDIR=/tmp \
+      PGPILOT_PG_BINDIR="/usr/lib/postgresql/$major/bin" PGPILOT_VERSITYGW="${PGPILOT_VERSITYGW:-}" \
+      sh -c "cd \"$repo/${pkg#./}\" && exec \"$work/bin/$(basename "$pkg").test\" -test.timeout=20m ${TEST_FLAGS:-}" || status=1
+  done
+  exit "$status"
+' _ "$ROOT" "$WORK" "$MAJOR" "$REPO_ROOT" "${#shared[@]}" "${shared[@]}" "$@"
