@@ -84,6 +84,7 @@ build() {
     die "building the PostgreSQL $MAJOR root failed (log: $log)"
   fi
   mv "$dir.partial" "$dir"
+  echo "$((SECONDS - start))" >"$dir.build-seconds"
   echo "postgres-rootfs: built PostgreSQL $MAJOR in $((SECONDS - start))s ($(du -sh "$dir" | cut -f1))" >&2
 }
 
@@ -98,9 +99,10 @@ main() {
   exec 9>"$CACHE/$name.lock"
   flock 9
   [[ -d $dir ]] || build "$dir"
-  # Keep the two newest roots of this major.
+  # Keep the two newest roots of this major (with their logs and build times).
+  local old
   find "$CACHE" -maxdepth 1 -name "$name-????????????" -printf '%T@ %p\n' | sort -rn | tail -n +3 |
-    cut -d' ' -f2- | xargs -r rm -rf
+    cut -d' ' -f2- | while read -r old; do rm -rf "$old" "$old.log" "$old.build-seconds"; done
   echo "$dir"
 }
 

@@ -7,7 +7,6 @@ import (
 )
 
 // PostgresClusterSpec is the desired state of a highly available PostgreSQL cluster.
-// +kubebuilder:validation:XValidation:rule="!has(oldSelf.postgresVersion) || (has(self.postgresVersion) && self.postgresVersion == oldSelf.postgresVersion)",message="spec.postgresVersion cannot change or be removed: pgpilot does not upgrade a cluster's major version in place yet ; create a cluster of the new major and move the data with pg_dump"
 // +kubebuilder:validation:XValidation:rule="self.bootstrap == oldSelf.bootstrap",message="spec.bootstrap is immutable: the cluster has already been initialised from it"
 // +kubebuilder:validation:XValidation:rule="!has(self.postgresql) || !has(self.postgresql.synchronous) || !has(self.postgresql.synchronous.number) || self.postgresql.synchronous.number < (has(self.instances) ? self.instances : 3)",message="postgresql.synchronous.number must be smaller than instances: only the standbys can confirm commits"
 type PostgresClusterSpec struct {
@@ -535,6 +534,7 @@ type InstanceStatus struct {
 // and the Services applications connect to (<name>-rw, <name>-ro, <name>-r).
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
+// +kubebuilder:validation:XValidation:rule="!has(oldSelf.spec.postgresVersion) || (has(self.spec.postgresVersion) && (self.spec.postgresVersion == oldSelf.spec.postgresVersion || (has(self.status) && has(self.status.postgresMajor) && self.spec.postgresVersion == self.status.postgresMajor)))",message="spec.postgresVersion cannot change or be removed, except to the major the cluster's data is in (status.postgresMajor): pgpilot does not upgrade a cluster's major version in place yet; create a cluster of the new major and move the data with pg_dump"
 // +operator-sdk:csv:customresourcedefinitions:displayName="PostgreSQL Cluster",resources={{StatefulSet,v1},{Pod,v1},{Service,v1},{Secret,v1},{ConfigMap,v1},{PodDisruptionBudget,v1},{PersistentVolumeClaim,v1},{Event,v1}}
 // +kubebuilder:resource:shortName=pgc,categories=pgpilot
 // +kubebuilder:printcolumn:name="Instances",type=integer,JSONPath=`.spec.instances`

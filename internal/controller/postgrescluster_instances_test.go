@@ -34,7 +34,7 @@ var _ = Describe("Instances with real agents", func() {
 	var cluster *pgv1.PostgresCluster
 
 	BeforeEach(func() {
-		cluster = createCluster(newCluster(newNamespace(), func(c *pgv1.PostgresCluster) { c.Spec.Instances = 2 }))
+		cluster = createCluster(newCluster(newNamespace(), onHostServers, func(c *pgv1.PostgresCluster) { c.Spec.Instances = 2 }))
 	})
 
 	// runInstance starts pod's agent and PostgreSQL, then marks the pod ready once the agent's
@@ -218,7 +218,7 @@ var _ = Describe("Instances with real agents", func() {
 
 var _ = Describe("Credentials rotation with real agents", func() {
 	It("announces a changed Secret, touches the pods, and the agents apply the new password", func() {
-		cluster := createCluster(newCluster(newNamespace(), func(c *pgv1.PostgresCluster) { c.Spec.Instances = 1 }))
+		cluster := createCluster(newCluster(newNamespace(), onHostServers, func(c *pgv1.PostgresCluster) { c.Spec.Instances = 1 }))
 		inst := pgtest.NewInstance(GinkgoT(), "db-0")
 		a := pgtest.StartAgent(GinkgoT(), agentConfig(cluster, "db-0", "db-0", inst.Port, inst), inst, clusterLeases(cluster))
 		agentAddresses.set(cluster.Namespace, "db-0", a.Address())

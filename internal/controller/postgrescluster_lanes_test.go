@@ -33,6 +33,12 @@ import (
 // machine. A failover held up by the children's lane never completes.
 const failoverBudget = 45 * time.Second
 
+// onHostServers makes a cluster of the major of the server binaries its real agents run (the
+// host's, or an image's under hack/test-in-image.sh): another would be reported Degraded.
+func onHostServers(c *pgv1.PostgresCluster) {
+	c.Spec.PostgresVersion = int32(pgtest.Major(GinkgoT()))
+}
+
 // runAgentFor starts pod's agent and PostgreSQL for cluster, then marks the pod ready once the
 // agent's readiness endpoint answers, as the kubelet's probe would. primaryPort 0 is the
 // instance's own port (an initial primary).
@@ -118,7 +124,7 @@ func freezeServer(cluster *pgv1.PostgresCluster, a *pgtest.RunningAgent) {
 var _ = Describe("Failover with real agents", func() {
 	DescribeTable("is not held up by a stopped children's lane, nor by a frozen primary",
 		func(problem func(*pgv1.PostgresCluster), reason string, fault func(*pgv1.PostgresCluster, *pgtest.RunningAgent)) {
-			cluster := createCluster(newCluster(newNamespace(), func(c *pgv1.PostgresCluster) { c.Spec.Instances = 2 }))
+			cluster := createCluster(newCluster(newNamespace(), onHostServers, func(c *pgv1.PostgresCluster) { c.Spec.Instances = 2 }))
 			rw, route := rwService(cluster)
 			primary := runAgentFor(cluster, "db-0", rw.Port, "db-0", clusterLeases(cluster))
 			route("db-0", primary.Instance.Port)
@@ -190,7 +196,7 @@ var _ = Describe("Failover with real agents", func() {
 
 var _ = Describe("A primary frozen for less than spec.failoverDelay", func() {
 	It("is waited for, not failed over, and takes writes again when it thaws", func() {
-		cluster := createCluster(newCluster(newNamespace(), func(c *pgv1.PostgresCluster) {
+		cluster := createCluster(newCluster(newNamespace(), onHostServers, func(c *pgv1.PostgresCluster) {
 			c.Spec.Instances = 2
 			c.Spec.FailoverDelay = &metav1.Duration{Duration: 30 * time.Second}
 		}))

@@ -57,7 +57,7 @@ func resolveMajor(c *pgv1.PostgresCluster, live *appsv1.StatefulSet) (int32, *st
 		return want, nil
 	}
 	return 0, invalid("MajorVersionChange", fmt.Sprintf(
-		"spec.postgresVersion is %d but the cluster's data is PostgreSQL %d: pgpilot does not upgrade a major version in place yet; set spec.postgresVersion to %d",
+		"spec.postgresVersion is %d but the cluster's data is PostgreSQL %d: pgpilot does not upgrade a major version in place yet; set spec.postgresVersion back to %d",
 		want, data, data))
 }
 

@@ -89,7 +89,7 @@ var _ = BeforeSuite(func() {
 		Client:                  countingClient{Client: mgr.GetClient(), writes: writes},
 		APIReader:               mgr.GetAPIReader(),
 		Recorder:                mgr.GetEventRecorder("pgpilot"),
-		PostgresImages:          map[int32]string{15: "registry.example/postgresql:15", 17: testImage},
+		PostgresImages:          map[int32]string{15: "registry.example/postgresql:15", 17: testImage, 18: "registry.example/postgresql:18"},
 		AgentImage:              testAgentImage,
 		MaxConcurrentReconciles: 2,
 		ReconcileTimeout:        30 * time.Second,

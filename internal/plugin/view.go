@@ -102,7 +102,7 @@ func BuildClusterView(c *pgv1.PostgresCluster, pods []corev1.Pod, events []corev
 		Primary: c.Status.CurrentPrimary, PrimarySince: c.Status.CurrentPrimaryTimestamp,
 		Timeline: c.Status.Timeline, OperatorVersion: c.Status.OperatorVersion, Image: c.Spec.Image,
 		PostgresVersion: c.Status.PostgresVersion,
-		InProgress: inProgress(c.Status), Synchronous: synchronous(c.Spec.PostgreSQL.Synchronous),
+		InProgress:      inProgress(c.Status), Synchronous: synchronous(c.Spec.PostgreSQL.Synchronous),
 	}
 	for _, cond := range c.Status.Conditions {
 		v.Conditions = append(v.Conditions, conditionView(cond))

@@ -153,6 +153,9 @@ func (a *Agent) Run(ctx context.Context) error {
 			return fmt.Errorf("bootstrap: %w", err)
 		}
 	}
+	if err := a.Instance.CheckMajor(ctx); err != nil {
+		return err
+	}
 	address := cmp.Or(a.Options.ListenAddress, a.Config.ListenAddress())
 	server := &http.Server{Handler: NewHandler(a, a.token), ReadHeaderTimeout: 5 * time.Second,
 		// TLS handshake failures (a client without the operator's certificate) in the agent's log.

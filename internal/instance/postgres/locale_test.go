@@ -3,6 +3,9 @@ package postgres_test
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/pgpilot/pgpilot-operator/internal/instance/postgres"
@@ -75,5 +78,26 @@ func TestInitLocaleAndCollationVersionCheck(t *testing.T) {
 	got := status.CollationMismatches[0]
 	if got.Database != "linguistic" || got.Recorded != "0.1" || got.Actual == "" || got.Actual == "0.1" {
 		t.Errorf("mismatch %+v", got)
+	}
+}
+
+// An instance whose data directory is of another major than its binaries is refused before
+// anything starts, naming both.
+func TestCheckMajorRefusesAnotherMajorsData(t *testing.T) {
+	ctx := context.Background()
+	inst := pgtest.NewInstance(t, "primary")
+	if err := inst.InitDB(ctx, superuserPassword); err != nil {
+		t.Fatal(err)
+	}
+	if err := inst.CheckMajor(ctx); err != nil {
+		t.Fatalf("its own data refused: %v", err)
+	}
+	other := pgtest.Major(t) - 1
+	if err := os.WriteFile(filepath.Join(inst.DataDir, "PG_VERSION"), []byte(fmt.Sprintf("%d\n", other)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	err := inst.CheckMajor(ctx)
+	if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("the data directory is PostgreSQL %d but this image's server is PostgreSQL %d", other, pgtest.Major(t))) {
+		t.Fatalf("CheckMajor = %v", err)
 	}
 }

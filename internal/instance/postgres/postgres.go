@@ -88,6 +88,25 @@ func InitLocale(major int) []string {
 	return []string{"--locale=C"}
 }
 
+// CheckMajor refuses a data directory of another major than the server binaries (an image of
+// the wrong major in spec.image): PostgreSQL would refuse it too, with a message that does not
+// say what to change.
+func (i *Instance) CheckMajor(ctx context.Context) error {
+	data, err := os.ReadFile(filepath.Join(i.DataDir, "PG_VERSION"))
+	if err != nil {
+		return fmt.Errorf("read the data directory's major: %w", err)
+	}
+	binaries, err := i.BinariesMajor(ctx)
+	if err != nil {
+		return err
+	}
+	if dataMajor := strings.TrimSpace(string(data)); dataMajor != strconv.Itoa(binaries) {
+		return fmt.Errorf("the data directory is PostgreSQL %s but this image's server is PostgreSQL %d: "+
+			"run the instance on an image of PostgreSQL %s (spec.image), nothing was changed", dataMajor, binaries, dataMajor)
+	}
+	return nil
+}
+
 // BinariesMajor is the major version of the server binaries in BinDir (postgres --version).
 func (i *Instance) BinariesMajor(ctx context.Context) (int, error) {
 	out, err := exec.CommandContext(ctx, filepath.Join(i.BinDir, "postgres"), "--version").Output()
