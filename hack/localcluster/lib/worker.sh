@@ -94,6 +94,13 @@ worker_start_node() {
   wait_until "node $WORKER_NAME Ready" 120 kubectl wait --for=condition=Ready "node/$WORKER_NAME" --timeout=2s
 }
 
+# worker_import NAME: the cached image NAME into the worker's containerd, under its upstream
+# name too when it has one (pgpilot's PostgreSQL images).
+worker_import() {
+  "${WORKER_CTR[@]}" images import "${IMAGE_TAR[$1]}" >/dev/null
+  [[ -z ${IMAGE_ALIAS[$1]:-} ]] || "${WORKER_CTR[@]}" images tag --force "${IMAGE_REF[$1]}" "${IMAGE_ALIAS[$1]}" >/dev/null
+}
+
 # worker_add: the second node, Ready, with the images pods on it need already imported.
 worker_add() {
   cluster_is_up || die "the cluster is not up (localcluster up)"
@@ -107,8 +114,8 @@ worker_add() {
   worker_configs
   worker_netns
   worker_start_containerd
-  for name in pause busybox postgres; do
-    "${WORKER_CTR[@]}" images import "${IMAGE_TAR[$name]}" >/dev/null &
+  for name in pause busybox "${POSTGRES_IMAGES[@]}"; do
+    worker_import "$name" &
     pids+=($!)
   done
   for name in "${pids[@]}"; do wait "$name" || failed=1; done
