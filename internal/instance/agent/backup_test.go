@@ -32,6 +32,10 @@ func TestAgentArchivesBacksUpAndRecoversToATime(t *testing.T) {
 	source := startArchivingAgent(t, s3, "db", agentapi.BackupConfig{Repository: &sourceRepo, Compression: "lz4", Parallel: 2})
 	conn := pgtest.Connect(t, source.Instance, "postgres", "super", "postgres")
 	batches := pgtest.Batches{T: t, Conn: conn}
+	// The source's agent of a synchronous cluster keeps synchronous_standby_names in
+	// postgresql.auto.conf, which every backup carries. (Not loaded here: this source has no
+	// standby to confirm its commits.)
+	batches.Exec(`ALTER SYSTEM SET synchronous_standby_names = 'ANY 1 ("db-1")'`)
 	batches.Create()
 	batches.Insert(1)
 	waitForStanza(t, source)
@@ -97,6 +101,13 @@ func TestAgentArchivesBacksUpAndRecoversToATime(t *testing.T) {
 	auto, err := os.ReadFile(filepath.Join(restored.Instance.DataDir, "postgresql.auto.conf"))
 	if err != nil || strings.Contains(string(auto), "recovery_target") || strings.Contains(string(auto), "restore_command") {
 		t.Fatalf("postgresql.auto.conf still has recovery settings (a clone would copy them): %s (%v)", auto, err)
+	}
+	// The source's standbys are not the restored cluster's: a commit waiting for them would
+	// never return (the restored agent's own password changes first of all).
+	commitCtx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	if _, err := conn.Exec(commitCtx, "INSERT INTO batches SELECT g, 9 FROM generate_series(900001, 900010) g"); err != nil {
+		t.Fatalf("a commit on the restored server: %v (synchronous_standby_names kept from the source?)", err)
 	}
 	waitForStanza(t, restored)
 	pgtest.Batches{T: t, Conn: conn}.Exec("SELECT pg_switch_wal()")

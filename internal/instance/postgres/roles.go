@@ -198,10 +198,12 @@ func ConnInfo(pairs ...string) string {
 	return strings.Join(parts, " ")
 }
 
-// recoverySettings are what a restore writes into postgresql.auto.conf to reach its target.
+// recoverySettings are what a restore writes into postgresql.auto.conf to reach its target, and
+// what the backup brought there from the source cluster's agent: its synchronous standbys, which
+// are not the restored cluster's (its first commit would wait for them for ever).
 var recoverySettings = []string{"restore_command", "recovery_target", "recovery_target_time", "recovery_target_lsn",
 	"recovery_target_xid", "recovery_target_name", "recovery_target_inclusive", "recovery_target_action",
-	"recovery_target_timeline"}
+	"recovery_target_timeline", "synchronous_standby_names"}
 
 // ResetRecoverySettings removes a finished recovery's settings from postgresql.auto.conf:
 // pg_basebackup copies that file, and a standby cloned with a recovery target would stop
