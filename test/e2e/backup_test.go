@@ -81,13 +81,18 @@ var _ = Describe("Backup and point-in-time recovery", Ordered, SpecPriority(slow
 		}).WithTimeout(operatorReacts).Should(Succeed())
 	})
 
-	It("reports WAL archiving failing while S3 is down, keeps the primary writable, and archives again once S3 is back", func(ctx SpecContext) {
+	It("reports WAL archiving failing while S3 is unreachable, keeps the primary writable, and archives again once S3 is back", func(ctx SpecContext) {
 		start := time.Now()
-		runS3("stop")
+		// The outage is the primary's alone (S3 refuses its connections, as a stopped server
+		// would): other specs back up to the same S3 service meanwhile.
+		primary := &corev1.Pod{}
+		Expect(k8s.Get(ctx, client.ObjectKey{Namespace: source.Namespace, Name: currentPrimary(ctx, source)}, primary)).To(Succeed())
+		netns := podNetns(primary)
+		cutS3(ctx, netns, true)
 		s3Running := false
-		DeferCleanup(func() {
+		DeferCleanup(func(ctx context.Context) {
 			if !s3Running {
-				runS3("start") // the specs after this one need it
+				cutS3(ctx, netns, false) // the specs after this one need it
 			}
 		})
 		rows.insert(ctx, 2) // the primary accepts writes during the outage
@@ -110,7 +115,7 @@ var _ = Describe("Backup and point-in-time recovery", Ordered, SpecPriority(slow
 		Expect(clusterEventReasons(ctx, source, start)).To(ContainElement("ArchiveFailing"))
 		rows.insert(ctx, 3)
 
-		runS3("start")
+		cutS3(ctx, netns, false)
 		s3Running = true
 		start = time.Now()
 		// A new segment wakes PostgreSQL's archiver, which otherwise retries a minute after its
@@ -216,8 +221,13 @@ func copyS3Secrets(ctx context.Context, ns string) {
 	}
 }
 
-// runS3 stops or starts the local cluster's S3 service (an outage and its end).
-func runS3(command string) { runLocalcluster("s3", command) }
+// cutS3 makes the S3 service refuse (on) the connections of the network namespace netns, as a
+// stopped server would, or lets them through again (off).
+func cutS3(ctx context.Context, netns string, on bool) {
+	svc := &corev1.Service{}
+	Expect(k8s.Get(ctx, client.ObjectKey{Namespace: s3Namespace, Name: "s3"}, svc)).To(Succeed())
+	netnsRules(netns, on, [][]string{{"OUTPUT", "-d", svc.Spec.ClusterIP, "-p", "tcp", "-j", "REJECT", "--reject-with", "tcp-reset"}})
+}
 
 // takeBackup creates a Backup of cluster and waits until it completed.
 func takeBackup(ctx context.Context, cluster *pgv1.PostgresCluster, name string, kind pgv1.BackupType) *pgv1.Backup {
