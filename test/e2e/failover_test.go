@@ -56,7 +56,7 @@ func failoverSpecs(cluster **pgv1.PostgresCluster) {
 		underFault(ctx, *cluster, "operator and primary's postmaster killed together", rtoOperatorAndPrimary, func(old *corev1.Pod) {
 			killOperator()
 			killPostmaster(old)
-		})
+		}, stopsOperator)
 	})
 	It("fails over when the primary's pod is deleted, and the old primary rejoins", func(ctx SpecContext) {
 		underFault(ctx, *cluster, "primary pod deleted", rtoCrash, func(old *corev1.Pod) {

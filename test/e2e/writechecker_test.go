@@ -47,7 +47,14 @@ type writeChecker struct {
 	// lossMeasured: asynchronous replication may lose acknowledged writes on a crash; the
 	// checker counts them for the report instead of failing the spec.
 	lossMeasured bool
+	// stopsOperator: the fault kills the operator too (faultWindow).
+	stopsOperator bool
+	releaseFault  func()
 }
+
+// stopsOperator is the option of a scenario that kills the operator: no other fault may be in
+// its window (faultWindow).
+func stopsOperator(w *writeChecker) { w.stopsOperator = true }
 
 // measuresLoss is the option of a scenario whose acknowledged writes may be lost (a crash with
 // asynchronous replication): the report says how many.
@@ -140,6 +147,8 @@ func (w *writeChecker) insert(ctx context.Context, conn **pgx.Conn, id int64) er
 // outage it causes, within budget of it (the scenario's RTO, a correctness budget generous enough
 // for CI's load).
 func (w *writeChecker) fault(budget time.Duration) {
+	w.releaseFault = faultWindow(w.stopsOperator)
+	DeferCleanup(w.releaseFault) // a spec that fails before finish
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.faultAt, w.resumedAt, w.outage, w.budget = time.Now(), time.Time{}, 0, budget
@@ -263,6 +272,9 @@ func (w *writeChecker) finish(ctx context.Context, name string) writeReport {
 	finishing := time.Now()
 	time.Sleep(settle)
 	report := w.stopAndVerify(ctx)
+	if w.releaseFault != nil {
+		w.releaseFault()
+	}
 	// The entry's JSON is what hack/figures collects into the results file ("<name>: write checker").
 	AddReportEntry(name+": write checker", report)
 	if !w.lossMeasured {
