@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -13,9 +14,10 @@ import (
 	pgv1 "github.com/pgpilot/pgpilot-operator/api/v1alpha1"
 )
 
-// The CRD's rules on spec.postgresql.parameters are exactly one per managed parameter: a name
-// added to the list without its marker, or a marker without the name, fails here.
-func TestCRDRejectsExactlyTheManagedParameters(t *testing.T) {
+// The CRD's rules on spec.postgresql.parameters are exactly one per managed and per forbidden
+// parameter, and the preload libraries' rule: a name added to a list without its marker, or a
+// marker without the name, fails here.
+func TestCRDRejectsExactlyTheManagedAndForbiddenParameters(t *testing.T) {
 	crd := loadCRD(t)
 	for _, version := range crd.Spec.Versions {
 		parameters := version.Schema.OpenAPIV3Schema.Properties["spec"].Properties["postgresql"].Properties["parameters"]
@@ -35,8 +37,22 @@ func TestCRDRejectsExactlyTheManagedParameters(t *testing.T) {
 			}
 			delete(rules, rule)
 		}
+		for _, name := range pgv1.ForbiddenParameters {
+			rule := fmt.Sprintf("!('%s' in self)", name)
+			if message, ok := rules[rule]; !ok || message != pgv1.ForbiddenParameterMessage(name) {
+				t.Errorf("%s: rule %s says %q (present: %v), want %q", version.Name, rule, message, ok, pgv1.ForbiddenParameterMessage(name))
+			}
+			delete(rules, rule)
+		}
+		libraries := strings.Join(pgv1.PreloadLibraries, "|")
+		preload := "!('shared_preload_libraries' in self) || self['shared_preload_libraries'].matches('^ *(" + libraries +
+			") *(, *(" + libraries + ") *)*$')"
+		if message, ok := rules[preload]; !ok || message != pgv1.PreloadLibrariesMessage {
+			t.Errorf("%s: no rule %s saying %q (got %q)", version.Name, preload, pgv1.PreloadLibrariesMessage, message)
+		}
+		delete(rules, preload)
 		for rule := range rules {
-			t.Errorf("%s: rule %s on parameters is not for a managed parameter (add it to ManagedParameters)", version.Name, rule)
+			t.Errorf("%s: rule %s on parameters is not for a managed or forbidden parameter (add it to a list)", version.Name, rule)
 		}
 		// PostgreSQL compares setting names case-insensitively, so one rule on postgresql
 		// rejects the other spellings (WAL_LEVEL) of the very same list.
@@ -46,8 +62,9 @@ func TestCRDRejectsExactlyTheManagedParameters(t *testing.T) {
 				otherCase = v.Rule
 			}
 		}
-		quoted := make([]string, len(pgv1.ManagedParameters))
-		for i, name := range pgv1.ManagedParameters {
+		restricted := append(append(slices.Clone(pgv1.ManagedParameters), pgv1.ForbiddenParameters...), "shared_preload_libraries")
+		quoted := make([]string, len(restricted))
+		for i, name := range restricted {
 			quoted[i] = "'" + name + "'"
 		}
 		if want := "[" + strings.Join(quoted, ", ") + "]"; !strings.Contains(otherCase, want) {

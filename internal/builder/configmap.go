@@ -100,6 +100,8 @@ func writableParameter(name, value string) bool {
 		!slices.Contains(fileDirectives, lower) &&
 		// Case-insensitively, as PostgreSQL compares names: WAL_LEVEL would override wal_level.
 		!slices.Contains(pgv1.ManagedParameters, lower) &&
+		!slices.Contains(pgv1.ForbiddenParameters, lower) &&
+		(lower != "shared_preload_libraries" || pgv1.AllowedPreloadLibraries(value)) &&
 		// PostgreSQL keeps values as C strings: no escape survives a NUL.
 		!strings.ContainsRune(value, 0)
 }

@@ -12,9 +12,10 @@ import (
 )
 
 // The test's own idea of a parameter pgpilot can write, independent of the builder's: a
-// PostgreSQL setting name, not a file directive, not a setting pgpilot manages (in any case:
-// PostgreSQL compares names case-insensitively), and a value without NUL, which no quoting
-// can carry because PostgreSQL keeps values as C strings.
+// PostgreSQL setting name, not a file directive, not a setting pgpilot manages or forbids (in any
+// case: PostgreSQL compares names case-insensitively), shared_preload_libraries only with the
+// images' libraries, and a value without NUL, which no quoting can carry because PostgreSQL keeps
+// values as C strings.
 var testSettingName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)?$`)
 
 func writable(name, value string) bool {
@@ -22,7 +23,18 @@ func writable(name, value string) bool {
 	return testSettingName.MatchString(name) &&
 		!slices.Contains([]string{"include", "include_dir", "include_if_exists"}, lower) &&
 		!slices.Contains(pgv1.ManagedParameters, lower) &&
+		!slices.Contains(pgv1.ForbiddenParameters, lower) &&
+		(lower != "shared_preload_libraries" || onlyImageLibraries(value)) &&
 		!strings.ContainsRune(value, 0)
+}
+
+func onlyImageLibraries(value string) bool {
+	for _, library := range strings.Split(value, ",") {
+		if !slices.Contains([]string{"pg_stat_statements", "auto_explain", "pgaudit"}, strings.TrimSpace(library)) {
+			return false
+		}
+	}
+	return true
 }
 
 // checkPostgresqlConf asserts what PostgreSQL reads from conf: every line parses, no setting
@@ -171,6 +183,11 @@ func TestPostgresqlConfHostileParameters(t *testing.T) {
 		{name: "default in another case", parameters: map[string]pgv1.ParameterValue{"Max_Wal_Senders": "20"}},
 		{name: "one setting in two cases", parameters: map[string]pgv1.ParameterValue{"TimeZone": "UTC", "timezone": "UTC"}},
 		{name: "include directive", parameters: map[string]pgv1.ParameterValue{"include_dir": "/tmp"}},
+		{name: "a command", parameters: map[string]pgv1.ParameterValue{"archive_cleanup_command": "sh -c 'id > /tmp/x'"}},
+		{name: "a command in upper case", parameters: map[string]pgv1.ParameterValue{"RECOVERY_END_COMMAND": "id"}},
+		{name: "a library to load", parameters: map[string]pgv1.ParameterValue{"session_preload_libraries": "/tmp/evil"}},
+		{name: "an image library and another", parameters: map[string]pgv1.ParameterValue{"shared_preload_libraries": "pgaudit,/tmp/evil"}},
+		{name: "image libraries", parameters: map[string]pgv1.ParameterValue{"shared_preload_libraries": "pg_stat_statements, pgaudit"}},
 		{name: "extension setting", parameters: map[string]pgv1.ParameterValue{"pg_stat_statements.max": "1000"}},
 	}
 	for _, tt := range tests {

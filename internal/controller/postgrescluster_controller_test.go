@@ -244,7 +244,7 @@ var _ = Describe("CRD validation", func() {
 		}, "postgresql.parameters cannot set include, include_dir or include_if_exists"),
 		Entry("a managed parameter in upper case", func(c *pgv1.PostgresCluster) {
 			c.Spec.PostgreSQL.Parameters = map[string]pgv1.ParameterValue{"WAL_LEVEL": "minimal"}
-		}, "postgresql.parameters names a setting managed by pgpilot in other letter case"),
+		}, "postgresql.parameters names a setting pgpilot manages or restricts in other letter case"),
 		Entry("a line break in a parameter value", func(c *pgv1.PostgresCluster) {
 			c.Spec.PostgreSQL.Parameters = map[string]pgv1.ParameterValue{"search_path": "\\'\nwal_level = minimal\n#"}
 		}, "postgresql.parameters values cannot contain line breaks or NUL characters"),
@@ -349,6 +349,27 @@ var _ = Describe("CRD validation", func() {
 			Expect(apierrors.IsInvalid(err)).To(BeTrue(), "%s: %v", name, err)
 			Expect(err.Error()).To(ContainSubstring(pgv1.ManagedParameterMessage(name)))
 		}
+	})
+
+	It("rejects every parameter that runs a command or loads code, in any letter case, and libraries the images do not ship", func() {
+		for _, name := range pgv1.ForbiddenParameters {
+			for _, spelling := range []string{name, strings.ToUpper(name)} {
+				err := k8sClient.Create(ctx, newCluster(namespace, func(c *pgv1.PostgresCluster) {
+					c.Spec.PostgreSQL.Parameters = map[string]pgv1.ParameterValue{spelling: "x"}
+				}))
+				Expect(apierrors.IsInvalid(err)).To(BeTrue(), "%s: %v", spelling, err)
+			}
+		}
+		for _, value := range []string{"pgaudit,/tmp/evil", "$libdir/evil", "pg_stat_statements, plpython3u"} {
+			err := k8sClient.Create(ctx, newCluster(namespace, func(c *pgv1.PostgresCluster) {
+				c.Spec.PostgreSQL.Parameters = map[string]pgv1.ParameterValue{"shared_preload_libraries": pgv1.ParameterValue(value)}
+			}))
+			Expect(apierrors.IsInvalid(err)).To(BeTrue(), "%s: %v", value, err)
+			Expect(err.Error()).To(ContainSubstring(pgv1.PreloadLibrariesMessage))
+		}
+		createCluster(newCluster(namespace, func(c *pgv1.PostgresCluster) {
+			c.Spec.PostgreSQL.Parameters = map[string]pgv1.ParameterValue{"shared_preload_libraries": "pg_stat_statements, pgaudit,auto_explain"}
+		}))
 	})
 
 	It("accepts parameters and pg_hba entries that only look hostile: pgpilot escapes them", func() {
