@@ -36,6 +36,7 @@ type BackupRepository struct {
 	// Region of the bucket.
 	// +kubebuilder:default="us-east-1"
 	// +kubebuilder:validation:MaxLength=64
+	// +kubebuilder:validation:Pattern=`^[a-zA-Z0-9][-a-zA-Z0-9_.]*$`
 	// +optional
 	Region string `json:"region,omitempty"`
 

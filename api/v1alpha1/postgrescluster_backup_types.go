@@ -58,11 +58,13 @@ type RecoverySpec struct {
 	// Name of the source cluster: its repository is <path>/<namespace>/<clusterName>.
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z]([-a-z0-9]*[a-z0-9])?$`
 	// +required
 	ClusterName string `json:"clusterName"`
 
 	// Namespace of the source cluster; defaults to this cluster's.
 	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
 	// +optional
 	Namespace string `json:"namespace,omitempty"`
 

@@ -372,6 +372,26 @@ var _ = Describe("CRD validation", func() {
 		}))
 	})
 
+	It("rejects repository values that would add options to pgbackrest.conf", func() {
+		for field, mutate := range map[string]func(*pgv1.PostgresCluster){
+			"spec.backup.repository.region": func(c *pgv1.PostgresCluster) {
+				r := testRepository()
+				r.Region = "us-east-1\nrepo1-storage-verify-tls=n"
+				c.Spec.Backup = &pgv1.ClusterBackupSpec{Repository: r}
+			},
+			"spec.bootstrap.recovery.clusterName": func(c *pgv1.PostgresCluster) {
+				c.Spec.Bootstrap = pgv1.BootstrapSpec{Recovery: &pgv1.RecoverySpec{Repository: testRepository(), ClusterName: "db\n[global:archive-push]"}}
+			},
+			"spec.bootstrap.recovery.namespace": func(c *pgv1.PostgresCluster) {
+				c.Spec.Bootstrap = pgv1.BootstrapSpec{Recovery: &pgv1.RecoverySpec{Repository: testRepository(), ClusterName: "db", Namespace: "ns\nrepo1-path=/x"}}
+			},
+		} {
+			err := k8sClient.Create(ctx, newCluster(namespace, mutate))
+			Expect(apierrors.IsInvalid(err)).To(BeTrue(), "%s: %v", field, err)
+			Expect(err.Error()).To(ContainSubstring(field + ": Invalid value"))
+		}
+	})
+
 	It("accepts parameters and pg_hba entries that only look hostile: pgpilot escapes them", func() {
 		createCluster(newCluster(namespace, func(c *pgv1.PostgresCluster) {
 			c.Spec.PostgreSQL.Parameters = map[string]pgv1.ParameterValue{

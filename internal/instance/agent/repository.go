@@ -94,7 +94,11 @@ func writeRepositoryConfigs(c agentapi.Config, owner *syscall.Credential) (agent
 		if err := mkdirOwned(pgBackRestStateDir(c), owner); err != nil {
 			return b, fmt.Errorf("pgbackrest state: %w", err)
 		}
-		content := []byte(pgbackrest.Render(pgBackRestOptions(c, b, *r, which)))
+		rendered, err := pgbackrest.Render(pgBackRestOptions(c, b, *r, which))
+		if err != nil {
+			return b, err
+		}
+		content := []byte(rendered)
 		path := repositoryConfigPath(c, which)
 		if old, err := os.ReadFile(path); err == nil && bytes.Equal(old, content) {
 			continue

@@ -56,8 +56,10 @@ type Options struct {
 	ArchiveTimeout time.Duration
 }
 
-// Render is pgbackrest.conf for o.
-func Render(o Options) string {
+// Render is pgbackrest.conf for o. A value that would end its line (a line break, a NUL) is
+// refused: it would be read as more options, or a section, of the user's choosing. The CRD's
+// patterns refuse such values first; this holds for objects stored before them.
+func Render(o Options) (string, error) {
 	global := map[string]string{
 		"repo1-type":         "s3",
 		"repo1-s3-endpoint":  o.Repository.Endpoint,
@@ -95,10 +97,17 @@ func Render(o Options) string {
 		"pg1-port":        strconv.Itoa(o.Port),
 		"pg1-user":        cmp.Or(o.User, "postgres"),
 	}
+	for _, options := range []map[string]string{global, stanza, {"stanza": o.Stanza}} {
+		for k, v := range options {
+			if strings.ContainsAny(v, "\r\n\x00") || strings.ContainsAny(k, "\r\n\x00=[]") {
+				return "", fmt.Errorf("pgbackrest.conf: %s has a line break or NUL in its value %q", k, v)
+			}
+		}
+	}
 	var b strings.Builder
 	section(&b, "global", global)
 	section(&b, o.Stanza, stanza)
-	return b.String()
+	return b.String(), nil
 }
 
 func section(b *strings.Builder, name string, options map[string]string) {

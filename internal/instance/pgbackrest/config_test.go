@@ -32,7 +32,10 @@ func TestRender(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			o := base
 			tc.change(&o)
-			got := Render(o)
+			got, err := Render(o)
+			if err != nil {
+				t.Fatal(err)
+			}
 			for _, w := range tc.want {
 				if !strings.Contains(got, w) {
 					t.Errorf("missing %q in:\n%s", w, got)

@@ -143,13 +143,16 @@ func configure(t testing.TB, s3 *pgtest.S3Server, inst *postgres.Instance) pgbac
 		inst.IdentMap += fmt.Sprintf("%s postgres %s\n", agentapi.LocalSuperuserMap, agentapi.Superuser)
 	}
 	config := filepath.Join(dir, "pgbackrest.conf")
-	content := pgbackrest.Render(pgbackrest.Options{
+	content, err := pgbackrest.Render(pgbackrest.Options{
 		Stanza: "db",
 		Repository: pgbackrest.Repository{Endpoint: s3.Endpoint, Port: s3.Port, Bucket: s3.Bucket, Path: "/pgtest",
 			Region: s3.Region, URIStyle: "path", CAFile: s3.CAFile},
 		DataDir: inst.DataDir, SocketDir: inst.SocketDir, Port: inst.Port, StateDir: state, ProcessMax: 2,
 		ArchiveTimeout: 10 * time.Second,
 	})
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := os.WriteFile(config, []byte(content), 0o644); err != nil {
 		t.Fatal(err)
 	}
