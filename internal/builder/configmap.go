@@ -106,10 +106,14 @@ func writableParameter(name, value string) bool {
 		!strings.ContainsRune(value, 0)
 }
 
-// PgHBAConf renders pg_hba.conf: the agent's own login first, then the user's lines (first
-// match wins), then pgpilot's. With TLS required, remote connections must use TLS and the
-// replication user logs in by its client certificate; before (while an instance still runs an
-// agent without certificates), passwords over TLS or plain TCP are accepted as they were.
+// PgHBAConf renders pg_hba.conf: the agent's own login first, then pgpilot's rules for its own
+// roles and for replication, then the user's lines (first match wins), then pgpilot's rules
+// for everyone else. The user's lines come after every rule for a role pgpilot manages, so none
+// can let anyone in as the superuser, the replication or the monitoring role, or open the
+// replication protocol (a "host all all 0.0.0.0/0 trust" reaches only the application's roles).
+// With TLS required, remote connections must use TLS and the replication user logs in by its
+// client certificate; before (while an instance still runs an agent without certificates),
+// passwords over TLS or plain TCP are accepted as they were.
 func PgHBAConf(c *pgv1.PostgresCluster, tls agentapi.TLSPolicy) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "# Managed by pgpilot. Change spec.postgresql.pgHBA of PostgresCluster %s instead.\n", c.Name)
@@ -117,6 +121,9 @@ func PgHBAConf(c *pgv1.PostgresCluster, tls agentapi.TLSPolicy) string {
 	// can always set the passwords the Secrets hold (the agent writes the ident map).
 	fmt.Fprintf(&b, "local all %s peer map=%s\n", agentapi.Superuser, agentapi.LocalSuperuserMap)
 	fmt.Fprintf(&b, "local all %s peer map=%s\n", agentapi.MonitorUser, agentapi.LocalSuperuserMap)
+	for _, rule := range reservedRules(tls) {
+		b.WriteString(rule + "\n")
+	}
 	for _, line := range c.Spec.PostgreSQL.PgHBA {
 		b.WriteString(hbaLine(line) + "\n")
 	}
@@ -124,13 +131,27 @@ func PgHBAConf(c *pgv1.PostgresCluster, tls agentapi.TLSPolicy) string {
 	b.WriteString("host all all 127.0.0.1/32 scram-sha-256\n")
 	b.WriteString("host all all ::1/128 scram-sha-256\n")
 	if tls.Required {
-		fmt.Fprintf(&b, "hostssl replication %s all cert\n", agentapi.DefaultReplicationUser)
 		b.WriteString("hostssl all all all scram-sha-256\n")
 		return b.String()
 	}
-	fmt.Fprintf(&b, "host replication %s all scram-sha-256\n", agentapi.DefaultReplicationUser)
 	b.WriteString("host all all all scram-sha-256\n")
 	return b.String()
+}
+
+// reservedRules are the network rules of the roles pgpilot manages and of the replication
+// protocol, which no user line may precede: each role logs in as pgpilot's last rule would let
+// it (a password; the replication user's certificate), and nothing else does.
+func reservedRules(tls agentapi.TLSPolicy) []string {
+	network, replicationAuth := "host", "scram-sha-256"
+	if tls.Required {
+		network, replicationAuth = "hostssl", "cert"
+	}
+	return []string{
+		fmt.Sprintf("%s replication %s all %s", network, agentapi.DefaultReplicationUser, replicationAuth),
+		"host replication all all reject",
+		fmt.Sprintf("%s all %s,%s all scram-sha-256", network, agentapi.Superuser, agentapi.DefaultReplicationUser),
+		fmt.Sprintf("host all %s,%s,%s all reject", agentapi.Superuser, agentapi.DefaultReplicationUser, agentapi.MonitorUser),
+	}
 }
 
 // hbaLine keeps a user's entry to one pg_hba.conf record, which the CRD already requires.

@@ -124,21 +124,28 @@ func TestPgHBAConf(t *testing.T) {
 	// First, so that no user line can lock the agent out of setting passwords or reading
 	// statistics.
 	agentLogins := []string{"local all postgres peer map=pgpilot", "local all pgpilot_monitor peer map=pgpilot"}
+	// Then pgpilot's own roles and replication, which no user line may precede.
+	reserved := []string{
+		"hostssl replication streaming_replica all cert",
+		"host replication all all reject",
+		"hostssl all postgres,streaming_replica all scram-sha-256",
+		"host all postgres,streaming_replica,pgpilot_monitor all reject",
+	}
+	reservedTransition := []string{
+		"host replication streaming_replica all scram-sha-256",
+		"host replication all all reject",
+		"host all postgres,streaming_replica all scram-sha-256",
+		"host all postgres,streaming_replica,pgpilot_monitor all reject",
+	}
 	local := []string{
 		"local all all peer",
 		"host all all 127.0.0.1/32 scram-sha-256",
 		"host all all ::1/128 scram-sha-256",
 	}
-	// Remote connections over TLS only, the replication user by certificate.
-	tlsRules := slices.Concat(local, []string{
-		"hostssl replication streaming_replica all cert",
-		"hostssl all all all scram-sha-256",
-	})
+	// Remote connections over TLS only.
+	tlsRules := slices.Concat(local, []string{"hostssl all all all scram-sha-256"})
 	// While an instance runs an agent without certificates: passwords, with or without TLS.
-	transitionRules := slices.Concat(local, []string{
-		"host replication streaming_replica all scram-sha-256",
-		"host all all all scram-sha-256",
-	})
+	transitionRules := slices.Concat(local, []string{"host all all all scram-sha-256"})
 	required := agentapi.TLSPolicy{Required: true}
 	tests := []struct {
 		name  string
@@ -146,17 +153,17 @@ func TestPgHBAConf(t *testing.T) {
 		tls   agentapi.TLSPolicy
 		want  []string
 	}{
-		{name: "no user lines", tls: required, want: slices.Concat(agentLogins, tlsRules)},
+		{name: "no user lines", tls: required, want: slices.Concat(agentLogins, reserved, tlsRules)},
 		{
-			name:  "user lines come after the agent's own login, trimmed and in order",
+			name:  "user lines come after pgpilot's own roles, trimmed and in order",
 			pgHBA: []string{"  hostssl app app 10.0.0.0/8 scram-sha-256 ", "host all all 192.168.0.0/16 reject"},
 			tls:   required,
-			want: slices.Concat(agentLogins, []string{
+			want: slices.Concat(agentLogins, reserved, []string{
 				"hostssl app app 10.0.0.0/8 scram-sha-256",
 				"host all all 192.168.0.0/16 reject",
 			}, tlsRules),
 		},
-		{name: "TLS not yet required", want: slices.Concat(agentLogins, transitionRules)},
+		{name: "TLS not yet required", want: slices.Concat(agentLogins, reservedTransition, transitionRules)},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"fmt"
 	"strings"
 	"time"
 
@@ -370,6 +371,22 @@ var _ = Describe("CRD validation", func() {
 		createCluster(newCluster(namespace, func(c *pgv1.PostgresCluster) {
 			c.Spec.PostgreSQL.Parameters = map[string]pgv1.ParameterValue{"shared_preload_libraries": "pg_stat_statements, pgaudit,auto_explain"}
 		}))
+	})
+
+	It("rejects pg_hba entries for pgpilot's roles, the replication database or other files, and accepts the application's", func() {
+		for _, entry := range []string{"host all postgres 0.0.0.0/0 trust", "host replication all 0.0.0.0/0 trust",
+			`hostssl all "streaming_replica" all trust`, "host all app,pgpilot_monitor 10.0.0.0/8 password",
+			"hostssl db,replication all all trust", "include /etc/passwd", "  include_dir /tmp"} {
+			err := k8sClient.Create(ctx, newCluster(namespace, func(c *pgv1.PostgresCluster) { c.Spec.PostgreSQL.PgHBA = []string{entry} }))
+			Expect(apierrors.IsInvalid(err)).To(BeTrue(), "%q: %v", entry, err)
+		}
+		for i, entry := range []string{"host app app 10.0.0.0/8 trust", "host postgres app 10.0.0.0/8 scram-sha-256",
+			"hostssl all postgres_reader 10.0.0.0/8 scram-sha-256"} {
+			createCluster(newCluster(namespace, func(c *pgv1.PostgresCluster) {
+				c.Name = fmt.Sprintf("hba%d", i)
+				c.Spec.PostgreSQL.PgHBA = []string{entry}
+			}))
+		}
 	})
 
 	It("rejects repository values that would add options to pgbackrest.conf", func() {
