@@ -29,6 +29,12 @@ const Superuser = "postgres"
 // privileges, no password (the agent's OS user logs in as it over the socket), no superuser.
 const MonitorUser = "pgpilot_monitor"
 
+// ReservedRole says whether name is a role pgpilot manages, or one PostgreSQL reserves (pg_*):
+// the application's owner may not be one (its Secret would set that role's password).
+func ReservedRole(name string) bool {
+	return name == Superuser || name == DefaultReplicationUser || name == MonitorUser || strings.HasPrefix(name, "pg_")
+}
+
 // TLSDirVariable is the variable of Config.TLSDir; a pod that sets it serves its agent API
 // over HTTPS (ServesTLS).
 const TLSDirVariable = "PGPILOT_TLS_DIR"

@@ -282,10 +282,12 @@ type InitDBSpec struct {
 	// +operator-sdk:csv:customresourcedefinitions:type=spec,displayName="Application Database",xDescriptors={"urn:alm:descriptor:com.tectonic.ui:text"}
 	Database string `json:"database,omitempty"`
 
-	// Name of the role that owns the application database.
+	// Name of the role that owns the application database; not one pgpilot manages (postgres,
+	// streaming_replica, pgpilot_monitor) nor one PostgreSQL reserves (pg_*).
 	// +kubebuilder:default=app
 	// +kubebuilder:validation:MaxLength=63
 	// +kubebuilder:validation:Pattern=`^[a-z_][a-z0-9_]*$`
+	// +kubebuilder:validation:XValidation:rule="!(self in ['postgres', 'streaming_replica', 'pgpilot_monitor']) && !self.startsWith('pg_')",message="bootstrap.initdb.owner cannot be a role pgpilot manages (postgres, streaming_replica, pgpilot_monitor) or one PostgreSQL reserves (pg_*)"
 	// +optional
 	// +operator-sdk:csv:customresourcedefinitions:type=spec,displayName="Application Owner Role",xDescriptors={"urn:alm:descriptor:com.tectonic.ui:text"}
 	Owner string `json:"owner,omitempty"`

@@ -218,6 +218,24 @@ var _ = Describe("A user-supplied application secret", func() {
 			g.Expect(c.Status.Phase).To(Equal(pgv1.PhaseBootstrapping))
 		}).Should(Succeed())
 	})
+
+	It("may not name a role pgpilot manages: its password would become the Secret's", func() {
+		namespace := newNamespace()
+		Expect(k8sClient.Create(ctx, &corev1.Secret{
+			ObjectMeta: metav1.ObjectMeta{Name: "my-app-login", Namespace: namespace},
+			Type:       corev1.SecretTypeBasicAuth,
+			StringData: map[string]string{"username": "postgres", "password": "now-i-am-superuser"},
+		})).To(Succeed())
+		cluster := createCluster(newCluster(namespace, func(c *pgv1.PostgresCluster) {
+			c.Spec.Bootstrap.InitDB.Secret = &corev1.LocalObjectReference{Name: "my-app-login"}
+		}))
+		Eventually(func(g Gomega) {
+			degraded := condition(fetch(cluster), pgv1.ConditionDegraded)
+			g.Expect(degraded).NotTo(BeNil())
+			g.Expect(degraded.Reason).To(Equal("AppSecretInvalid"))
+			g.Expect(degraded.Message).To(ContainSubstring(`names "postgres", a role pgpilot manages`))
+		}).Should(Succeed())
+	})
 })
 
 var _ = Describe("CRD validation", func() {
@@ -386,6 +404,14 @@ var _ = Describe("CRD validation", func() {
 				c.Name = fmt.Sprintf("hba%d", i)
 				c.Spec.PostgreSQL.PgHBA = []string{entry}
 			}))
+		}
+	})
+
+	It("rejects an application owner that is a role pgpilot manages or PostgreSQL reserves", func() {
+		for _, owner := range []string{"postgres", "streaming_replica", "pgpilot_monitor", "pg_monitor"} {
+			err := k8sClient.Create(ctx, newCluster(namespace, func(c *pgv1.PostgresCluster) { c.Spec.Bootstrap.InitDB.Owner = owner }))
+			Expect(apierrors.IsInvalid(err)).To(BeTrue(), "%s: %v", owner, err)
+			Expect(err.Error()).To(ContainSubstring("bootstrap.initdb.owner cannot be a role pgpilot manages"))
 		}
 	})
 

@@ -12,6 +12,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/pgpilot/pgpilot-operator/api/agentapi"
 	pgbuilder "github.com/pgpilot/pgpilot-operator/internal/builder"
 )
 
@@ -72,6 +73,11 @@ func (r *PostgresClusterReconciler) checkUserSecret(ctx context.Context, s *scop
 	if st := checkCredentialKeys(secret, "spec.bootstrap.initdb.secret: Secret"); st != nil {
 		st.reason = "AppSecretInvalid"
 		return st, nil
+	}
+	if user := string(secret.Data[corev1.BasicAuthUsernameKey]); agentapi.ReservedRole(user) {
+		return invalidUntilFixed("AppSecretInvalid", fmt.Sprintf(
+			"spec.bootstrap.initdb.secret: Secret %q names %q, a role pgpilot manages or PostgreSQL reserves: the application's owner must be a role of its own",
+			name, user)), nil
 	}
 	s.credentialsVersions[name] = secret.ResourceVersion
 	return nil, nil

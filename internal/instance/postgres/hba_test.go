@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/pgpilot/pgpilot-operator/api/agentapi"
+	"github.com/pgpilot/pgpilot-operator/internal/instance/postgres"
 	"github.com/pgpilot/pgpilot-operator/test/pgtest"
 )
 
@@ -68,5 +69,30 @@ func TestUserHBAEntriesCannotReachPgpilotsRoles(t *testing.T) {
 	}
 	if err := connect(agentapi.Superuser, superuserPassword, ""); err != nil {
 		t.Errorf("the superuser with its password: %v", err)
+	}
+}
+
+// The application's owner cannot be a role pgpilot manages, whatever reached the agent: its
+// Secret's password would become that role's.
+func TestEnsureRolesRefusesAReservedApplicationOwner(t *testing.T) {
+	ctx := context.Background()
+	inst := pgtest.NewInstance(t, "primary")
+	if err := inst.InitDB(ctx, superuserPassword); err != nil {
+		t.Fatal(err)
+	}
+	if err := inst.Start(); err != nil {
+		t.Fatal(err)
+	}
+	admin := pgtest.Connect(t, inst, "postgres", superuserPassword, "postgres")
+	for _, owner := range []string{agentapi.Superuser, agentapi.DefaultReplicationUser, agentapi.MonitorUser, "pg_monitor"} {
+		err := postgres.EnsureRoles(ctx, admin, postgres.Roles{Superuser: agentapi.Superuser, SuperuserPassword: superuserPassword,
+			ReplicationUser: agentapi.DefaultReplicationUser, ReplicationPassword: replicationPassword,
+			AppOwner: owner, AppPassword: "now-i-am-superuser", AppDatabase: "app"})
+		if err == nil {
+			t.Errorf("EnsureRoles took %s as the application's owner", owner)
+		}
+	}
+	if err := pgtest.Connect(t, inst, "postgres", superuserPassword, "postgres").Close(ctx); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -9,6 +9,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/pgpilot/pgpilot-operator/api/agentapi"
 )
 
 // Roles are the logins of a cluster: the superuser's password, and the roles a new cluster
@@ -25,6 +27,9 @@ type Roles struct {
 // brings every role's password in line with the Secrets. Safe to run on every start of a
 // primary and whenever a Secret changes.
 func EnsureRoles(ctx context.Context, conn *pgx.Conn, r Roles) error {
+	if r.AppOwner == r.Superuser || r.AppOwner == r.ReplicationUser || agentapi.ReservedRole(r.AppOwner) {
+		return fmt.Errorf("the application owner %q is a role pgpilot manages or PostgreSQL reserves: no password or attribute changed", r.AppOwner)
+	}
 	for _, role := range []struct{ name, password, attributes string }{
 		{r.Superuser, r.SuperuserPassword, "SUPERUSER LOGIN"},
 		{r.ReplicationUser, r.ReplicationPassword, "LOGIN REPLICATION"},
