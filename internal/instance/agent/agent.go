@@ -270,10 +270,10 @@ func (a *Agent) bootstrap(ctx context.Context, l Lease) error {
 		a.Log.Info("initialising a new cluster")
 		return a.Instance.InitDB(ctx, a.credentials().SuperuserPassword)
 	}
-	conninfo := a.primaryConnInfo(a.credentials())
+	conninfo, password := a.cloneSource(a.credentials())
 	for attempt := 1; ; attempt++ {
 		a.Log.Info("cloning the primary", "host", a.Config.PrimaryHost, "attempt", attempt)
-		err := a.Instance.Clone(ctx, conninfo, agentapi.SlotName(a.Config.PodName))
+		err := a.Instance.Clone(ctx, conninfo, password, agentapi.SlotName(a.Config.PodName))
 		if err == nil {
 			return nil
 		}

@@ -89,14 +89,26 @@ func (a *Agent) primaryConnInfo(c agentapi.Credentials) string {
 	return a.connInfoToPrimary(a.Config.ReplicationUser, c.ReplicationPassword, "application_name", a.Config.PodName)
 }
 
-// superuserConnInfo reaches the primary's postgres database as the superuser (pg_rewind's source).
-func (a *Agent) superuserConnInfo() string {
-	return a.connInfoToPrimary(agentapi.Superuser, a.credentials().SuperuserPassword, "dbname", "postgres")
+// cloneSource reaches the primary as the replication user without its password, which
+// pg_basebackup gets in its environment (Instance.Clone): the standby's own primary_conninfo is
+// written afterwards (Instance.ConfigureStandby).
+func (a *Agent) cloneSource(c agentapi.Credentials) (conninfo, password string) {
+	return a.connInfoToPrimary(a.Config.ReplicationUser, "", "application_name", a.Config.PodName), c.ReplicationPassword
 }
 
-// connInfoToPrimary reaches the primary through the -rw Service as user, with more keywords.
+// rewindSource reaches the primary's postgres database as the superuser (pg_rewind's source),
+// without the password, which pg_rewind gets in its environment.
+func (a *Agent) rewindSource() (conninfo, password string) {
+	return a.connInfoToPrimary(agentapi.Superuser, "", "dbname", "postgres"), a.credentials().SuperuserPassword
+}
+
+// connInfoToPrimary reaches the primary through the -rw Service as user, with more keywords;
+// without a password when it is empty.
 func (a *Agent) connInfoToPrimary(user, password string, more ...string) string {
-	pairs := []string{"host", a.Config.PrimaryHost, "port", strconv.Itoa(a.Config.PostgresPort),
-		"user", user, "password", password, "connect_timeout", "5"}
+	pairs := []string{"host", a.Config.PrimaryHost, "port", strconv.Itoa(a.Config.PostgresPort), "user", user}
+	if password != "" {
+		pairs = append(pairs, "password", password)
+	}
+	pairs = append(pairs, "connect_timeout", "5")
 	return postgres.ConnInfo(slices.Concat(pairs, a.connInfoTLS(), more)...)
 }

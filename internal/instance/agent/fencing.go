@@ -308,7 +308,8 @@ func (a *Agent) rejoin(ctx context.Context) error {
 		if control, err := a.Instance.ControlData(ctx); err == nil {
 			rejoined.OldCheckpoint, rejoined.OldTimeline = control.CheckpointLSN, control.Timeline
 		}
-		rewound, err := a.Instance.Rewind(ctx, a.superuserConnInfo())
+		source, password := a.rewindSource()
+		rewound, err := a.Instance.Rewind(ctx, source, password)
 		if errors.Is(err, postgres.ErrRewindSourceUnreachable) {
 			return fmt.Errorf("the primary does not answer yet: %w", err)
 		}
@@ -317,7 +318,8 @@ func (a *Agent) rejoin(ctx context.Context) error {
 			if err := removeContents(a.Instance.DataDir); err != nil {
 				return err
 			}
-			if err := a.Instance.Clone(ctx, a.primaryConnInfo(a.credentials()), agentapi.SlotName(a.Config.PodName)); err != nil {
+			source, password := a.cloneSource(a.credentials())
+			if err := a.Instance.Clone(ctx, source, password, agentapi.SlotName(a.Config.PodName)); err != nil {
 				_ = removeContents(a.Instance.DataDir)
 				return fmt.Errorf("clone after a failed rewind: %w", err)
 			}

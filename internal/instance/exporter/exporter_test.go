@@ -204,7 +204,7 @@ func startPair(t *testing.T) (primary, standby *postgres.Instance) {
 	standby = pgtest.NewInstance(t, "db-1")
 	conninfo := postgres.ConnInfo("host", "127.0.0.1", "port", strconv.Itoa(primary.Port), "user", agentapi.DefaultReplicationUser,
 		"password", replicationPass, "application_name", "db-1")
-	if err := standby.Clone(context.Background(), conninfo, "db_1"); err != nil {
+	if err := standby.Clone(context.Background(), conninfo, "", "db_1"); err != nil {
 		t.Fatal(err)
 	}
 	if err := standby.Start(); err != nil {

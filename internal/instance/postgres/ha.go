@@ -124,16 +124,22 @@ type Rewind struct {
 var ErrRewindSourceUnreachable = errors.New("rewind: cannot connect to the source")
 
 // Rewind synchronises the stopped server with the running server sourceConnInfo names (a
-// superuser connection), so that it can follow it as a standby without a new clone. It needs
+// superuser connection, its password given apart: pg_rewind gets it in its environment), so
+// that it can follow it as a standby without a new clone. It needs
 // data checksums or wal_log_hints (pgpilot has both). pg_rewind brings a server that crashed to
 // a clean state first.
-func (i *Instance) Rewind(ctx context.Context, sourceConnInfo string) (Rewind, error) {
+func (i *Instance) Rewind(ctx context.Context, sourceConnInfo, password string) (Rewind, error) {
 	if i.Running() {
 		return Rewind{}, errors.New("rewind: the server is running")
 	}
 	// A just-promoted source's control file still names its old timeline until its first
 	// checkpoint, and pg_rewind (before PostgreSQL 16) would find nothing to rewind.
-	source, err := pgx.Connect(ctx, sourceConnInfo)
+	config, err := pgx.ParseConfig(sourceConnInfo)
+	if err != nil {
+		return Rewind{}, fmt.Errorf("rewind: %w", err)
+	}
+	config.Password = password
+	source, err := pgx.ConnectConfig(ctx, config)
 	if err != nil {
 		return Rewind{}, fmt.Errorf("%w: %w", ErrRewindSourceUnreachable, err)
 	}
@@ -147,7 +153,7 @@ func (i *Instance) Rewind(ctx context.Context, sourceConnInfo string) (Rewind, e
 	if err := i.removeStaleLockFile(); err != nil {
 		return Rewind{}, err
 	}
-	out, err := i.output(ctx, "pg_rewind", "--target-pgdata="+i.DataDir, "--source-server="+sourceConnInfo)
+	out, err := i.outputEnv(ctx, passwordEnv(password), "pg_rewind", "--target-pgdata="+i.DataDir, "--source-server="+sourceConnInfo)
 	if err != nil {
 		return Rewind{}, err
 	}
@@ -162,8 +168,14 @@ func (i *Instance) Rewind(ctx context.Context, sourceConnInfo string) (Rewind, e
 // output runs one of the server's binaries and returns what it printed, which also goes to
 // the server's log output.
 func (i *Instance) output(ctx context.Context, binary string, args ...string) ([]byte, error) {
+	return i.outputEnv(ctx, nil, binary, args...)
+}
+
+// outputEnv is output with more environment variables (a password).
+func (i *Instance) outputEnv(ctx context.Context, env []string, binary string, args ...string) ([]byte, error) {
 	cmd := exec.CommandContext(ctx, filepath.Join(i.BinDir, binary), args...)
 	i.prepare(cmd)
+	cmd.Env = append(cmd.Env, env...)
 	// pg_basebackup streams WAL from a forked child that holds the output pipe: cancelled, the
 	// whole group goes, or Run would wait for that pipe forever (an agent stopped in a clone
 	// hung so in a test).

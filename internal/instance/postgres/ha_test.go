@@ -35,7 +35,7 @@ func startPair(t *testing.T) pair {
 		AppOwner: "app", AppPassword: appPassword, AppDatabase: "app"}); err != nil {
 		t.Fatal(err)
 	}
-	if err := p.standby.Clone(ctx, replicationConnInfo(p.primary, "db-1"), "db_1"); err != nil {
+	if err := p.standby.Clone(ctx, replicationConnInfo(p.primary, "db-1"), "", "db_1"); err != nil {
 		t.Fatal(err)
 	}
 	if err := p.standby.Start(); err != nil {
@@ -170,7 +170,9 @@ func TestRewindDivergedOldPrimary(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	rewind, err := p.primary.Rewind(ctx, superuserConnInfo(p.standby))
+	// The password apart, as the agent gives it: pg_rewind takes it from its environment.
+	rewind, err := p.primary.Rewind(ctx, postgres.ConnInfo("host", "127.0.0.1", "port", strconv.Itoa(p.standby.Port),
+		"user", agentapi.Superuser, "dbname", "postgres"), superuserPassword)
 	if err != nil {
 		t.Fatal(err)
 	}

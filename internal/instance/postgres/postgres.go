@@ -134,15 +134,25 @@ func ParseMajor(versionOutput string) (int, error) {
 // and primary_conninfo are written (-R), and a physical replication slot named slot is
 // created on the primary (-C) so it keeps the WAL this standby has not received yet.
 // A slot that exists already (a former primary rejoining: the promotion created it) is used as
-// it is.
-func (i *Instance) Clone(ctx context.Context, primaryConnInfo, slot string) error {
+// it is. The password reaches pg_basebackup in its environment, never on its command line
+// (which every process of the pod reads in /proc).
+func (i *Instance) Clone(ctx context.Context, primaryConnInfo, password, slot string) error {
 	args := []string{"--pgdata=" + i.DataDir, "--dbname=" + primaryConnInfo, "--wal-method=stream",
 		"--write-recovery-conf", "--slot=" + slot, "--checkpoint=fast", "--no-password"}
-	out, err := i.output(ctx, "pg_basebackup", append(args, "--create-slot")...)
+	env := passwordEnv(password)
+	out, err := i.outputEnv(ctx, env, "pg_basebackup", append(args, "--create-slot")...)
 	if err != nil && bytes.Contains(out, []byte("already exists")) {
-		_, err = i.output(ctx, "pg_basebackup", args...)
+		_, err = i.outputEnv(ctx, env, "pg_basebackup", args...)
 	}
 	return err
+}
+
+// passwordEnv passes a password to libpq's tools by the environment, not their arguments.
+func passwordEnv(password string) []string {
+	if password == "" {
+		return nil
+	}
+	return []string{"PGPASSWORD=" + password}
 }
 
 // Start runs the postmaster as a child process and returns once it is started (not ready).

@@ -53,9 +53,10 @@ func TestPrimaryStandbyReplicationReloadAndStatus(t *testing.T) {
 	}
 
 	standby := pgtest.NewInstance(t, "standby")
-	conninfo := fmt.Sprintf("host=127.0.0.1 port=%d user=%s password=%s application_name=pgtest-1",
-		primary.Port, agentapi.DefaultReplicationUser, replicationPassword)
-	if err := standby.Clone(ctx, conninfo, "pgtest_1"); err != nil {
+	// The password apart, as the agent gives it: pg_basebackup takes it from its environment.
+	conninfo := fmt.Sprintf("host=127.0.0.1 port=%d user=%s application_name=pgtest-1",
+		primary.Port, agentapi.DefaultReplicationUser)
+	if err := standby.Clone(ctx, conninfo, replicationPassword, "pgtest_1"); err != nil {
 		t.Fatal(err)
 	}
 	if err := standby.Start(); err != nil {
