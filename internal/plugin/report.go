@@ -36,8 +36,14 @@ func (s *session) reportCommand() *cobra.Command {
 			if file == "" {
 				file = fmt.Sprintf("pgpilot-report-%s-%s.tar.gz", args[0], s.now().UTC().Format("20060102T150405Z"))
 			}
-			out, err := os.Create(file)
+			// Its logs name roles, hosts and queries: the report's reader is whoever it is
+			// sent to, not everyone on this machine.
+			out, err := os.OpenFile(file, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
 			if err != nil {
+				return err
+			}
+			if err := out.Chmod(0o600); err != nil { // a file that was there keeps its mode otherwise
+				_ = out.Close()
 				return err
 			}
 			err = s.writeReport(cmd.Context(), out, args[0])

@@ -107,6 +107,9 @@ func pluginSpecs(clusterOf func() *pgv1.PostgresCluster) {
 		cluster := latest(ctx, clusterOf())
 		file := filepath.Join(GinkgoT().TempDir(), "report.tar.gz")
 		_, err := kubectlPgpilot(ctx, cluster.Namespace, "report", cluster.Name, "--file="+file)
+		if info, statErr := os.Stat(file); statErr == nil {
+			Expect(info.Mode().Perm()).To(Equal(os.FileMode(0o600)), "the report is readable by others")
+		}
 		Expect(err).NotTo(HaveOccurred())
 		files := readTarGz(file)
 		dir := "pgpilot-report-" + cluster.Name + "/"
