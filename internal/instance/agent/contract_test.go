@@ -3,6 +3,7 @@ package agent_test
 import (
 	"context"
 	"errors"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"reflect"
@@ -23,10 +24,16 @@ type checks struct {
 	promotedSlots []string
 	detachedFrom  string
 	attached      bool
+	notReady      error
 }
 
-func (c *checks) Alive() bool                                      { return true }
-func (c *checks) Ready(context.Context) error                      { return nil }
+func (c *checks) Alive() bool { return true }
+func (c *checks) Ready(context.Context) error {
+	if c.notReady != nil {
+		return c.notReady
+	}
+	return nil
+}
 func (c *checks) Status(context.Context) (*agentapi.Status, error) { return c.status, nil }
 func (c *checks) StartRestart() bool                               { return !c.restarting }
 func (c *checks) Promote(_ context.Context, slots []string) (*agentapi.PromoteResponse, error) {
@@ -127,5 +134,25 @@ func TestClientAndServerAgree(t *testing.T) {
 	}
 	if _, err := client.Status(ctx, agentapi.Endpoint{Token: token}); err == nil {
 		t.Error("status without an address succeeded")
+	}
+}
+
+// The probes answer anyone who reaches the pod, without a token: they say ready or not, never
+// what an error says about the inside (paths, roles, addresses).
+func TestProbesTellNoInternalDetail(t *testing.T) {
+	c := &checks{status: &agentapi.Status{}, notReady: errors.New(`dial unix /var/run/postgresql/.s.PGSQL.5432: role "pgpilot_monitor" at 10.244.0.7`)}
+	server := httptest.NewServer(agent.NewHandler(c, func() string { return token }))
+	defer server.Close()
+	for _, path := range []string{agentapi.PathReadiness, agentapi.PathStartup} {
+		resp, err := http.Get(server.URL + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		_ = resp.Body.Close()
+		if resp.StatusCode != http.StatusServiceUnavailable || strings.Contains(string(body), "/var/run") ||
+			strings.Contains(string(body), "pgpilot_monitor") || strings.Contains(string(body), "10.244") {
+			t.Errorf("%s answered %d %q", path, resp.StatusCode, body)
+		}
 	}
 }

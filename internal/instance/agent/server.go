@@ -55,8 +55,10 @@ func NewHandler(checks Checks, token func() string) http.Handler {
 	ready := func(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel := context.WithTimeout(r.Context(), probeTimeout)
 		defer cancel()
+		// Unauthenticated: anyone who reaches the pod may ask, so the answer says no more than
+		// ready or not (the status, behind the token, and the agent's log say why).
 		if err := checks.Ready(ctx); err != nil {
-			http.Error(w, "not accepting connections: "+err.Error(), http.StatusServiceUnavailable)
+			http.Error(w, "not accepting connections", http.StatusServiceUnavailable)
 			return
 		}
 		_, _ = w.Write([]byte("ok"))
