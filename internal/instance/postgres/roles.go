@@ -43,11 +43,16 @@ func EnsureRoles(ctx context.Context, conn *pgx.Conn, r Roles) error {
 		if exists {
 			verb = "ALTER"
 		}
-		// Identifiers cannot be bound parameters; quote them. The password is a literal that
-		// the server hashes with scram-sha-256 (password_encryption).
+		// Identifiers cannot be bound parameters; quote them. The password goes as its SCRAM
+		// verifier, never as itself, in a transaction that logs no statement (log_statement
+		// = ddl would, and so would any error).
+		verifier, err := ScramVerifier(role.password)
+		if err != nil {
+			return err
+		}
 		stmt := fmt.Sprintf("%s ROLE %s WITH %s PASSWORD %s", verb, pgx.Identifier{role.name}.Sanitize(),
-			role.attributes, quoteLiteral(role.password))
-		if _, err := conn.Exec(ctx, stmt); err != nil {
+			role.attributes, quoteLiteral(verifier))
+		if err := execUnlogged(ctx, conn, stmt); err != nil {
 			return fmt.Errorf("%s role %s: %w", verb, role.name, err)
 		}
 	}
@@ -65,6 +70,19 @@ func EnsureRoles(ctx context.Context, conn *pgx.Conn, r Roles) error {
 		}
 	}
 	return nil
+}
+
+// execUnlogged runs a statement that carries a secret where the server logs no statement: not
+// by log_statement, log_min_duration_statement nor, should it fail, log_min_error_statement.
+func execUnlogged(ctx context.Context, conn *pgx.Conn, stmt string) error {
+	return pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, "SET LOCAL log_statement = 'none'; SET LOCAL log_min_duration_statement = -1; "+
+			"SET LOCAL log_min_error_statement = 'panic'"); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, stmt)
+		return err
+	})
 }
 
 // ensureMonitorRole creates the metrics exporter's role: it logs in (over the socket, by peer

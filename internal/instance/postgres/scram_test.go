@@ -1,0 +1,56 @@
+package postgres_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/pgpilot/pgpilot-operator/api/agentapi"
+	"github.com/pgpilot/pgpilot-operator/internal/instance/postgres"
+	"github.com/pgpilot/pgpilot-operator/test/pgtest"
+)
+
+// EnsureRoles gives the server SCRAM verifiers, never a password: with every statement logged
+// (log_statement = all) the server's log holds none of the passwords, and each role logs in
+// with its own (ASCII, and a password SASLprep changes: a non-breaking space is a space).
+func TestEnsureRolesSendsVerifiersAndLogsNoPassword(t *testing.T) {
+	ctx := context.Background()
+	inst := pgtest.NewInstance(t, "primary")
+	var log strings.Builder
+	inst.Output = &log
+	if err := inst.InitDB(ctx, superuserPassword); err != nil {
+		t.Fatal(err)
+	}
+	cluster := pgtest.Cluster(map[string]string{"log_statement": "all", "log_min_error_statement": "debug5"})
+	pgtest.WriteConfig(t, inst, cluster)
+	if err := inst.Start(); err != nil {
+		t.Fatal(err)
+	}
+	admin := pgtest.Connect(t, inst, "postgres", superuserPassword, "postgres")
+	roles := postgres.Roles{Superuser: agentapi.Superuser, SuperuserPassword: "Super-Secret-4711",
+		ReplicationUser: agentapi.DefaultReplicationUser, ReplicationPassword: "Repl-Secret-0815",
+		AppOwner: "app", AppPassword: "caf\u00e9\u00a0Secret-42", AppDatabase: "app"}
+	if err := postgres.EnsureRoles(ctx, admin, roles); err != nil {
+		t.Fatal(err)
+	}
+	for user, password := range map[string]string{"postgres": roles.SuperuserPassword, "app": roles.AppPassword,
+		"app ": "caf\u00e9 Secret-42"} {
+		conn, err := postgres.Connect(ctx, inst.Port, strings.TrimSpace(user), password, "postgres")
+		if err != nil {
+			t.Errorf("%s with its password: %v", user, err)
+			continue
+		}
+		_ = conn.Close(ctx)
+	}
+	if err := inst.Stop(10e9); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(log.String(), "statement:") {
+		t.Fatalf("the server logged no statement: the test sees nothing\n%s", log.String())
+	}
+	for _, secret := range []string{"Super-Secret-4711", "Repl-Secret-0815", "Secret-42"} {
+		if strings.Contains(log.String(), secret) {
+			t.Errorf("the server's log has the password %s", secret)
+		}
+	}
+}
