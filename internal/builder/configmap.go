@@ -139,18 +139,22 @@ func PgHBAConf(c *pgv1.PostgresCluster, tls agentapi.TLSPolicy) string {
 }
 
 // reservedRules are the network rules of the roles pgpilot manages and of the replication
-// protocol, which no user line may precede: each role logs in as pgpilot's last rule would let
-// it (a password; the replication user's certificate), and nothing else does.
+// protocol, which no user line may precede: each role logs in as pgpilot's later rules would let
+// it (a password, over the pod's loopback without TLS as every in-pod client; the replication
+// user's certificate), and nothing else does.
 func reservedRules(tls agentapi.TLSPolicy) []string {
 	network, replicationAuth := "host", "scram-sha-256"
 	if tls.Required {
 		network, replicationAuth = "hostssl", "cert"
 	}
+	roles := agentapi.Superuser + "," + agentapi.DefaultReplicationUser
 	return []string{
 		fmt.Sprintf("%s replication %s all %s", network, agentapi.DefaultReplicationUser, replicationAuth),
 		"host replication all all reject",
-		fmt.Sprintf("%s all %s,%s all scram-sha-256", network, agentapi.Superuser, agentapi.DefaultReplicationUser),
-		fmt.Sprintf("host all %s,%s,%s all reject", agentapi.Superuser, agentapi.DefaultReplicationUser, agentapi.MonitorUser),
+		fmt.Sprintf("host all %s 127.0.0.1/32 scram-sha-256", roles),
+		fmt.Sprintf("host all %s ::1/128 scram-sha-256", roles),
+		fmt.Sprintf("%s all %s all scram-sha-256", network, roles),
+		fmt.Sprintf("host all %s,%s all reject", roles, agentapi.MonitorUser),
 	}
 }
 

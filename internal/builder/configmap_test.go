@@ -128,12 +128,16 @@ func TestPgHBAConf(t *testing.T) {
 	reserved := []string{
 		"hostssl replication streaming_replica all cert",
 		"host replication all all reject",
+		"host all postgres,streaming_replica 127.0.0.1/32 scram-sha-256",
+		"host all postgres,streaming_replica ::1/128 scram-sha-256",
 		"hostssl all postgres,streaming_replica all scram-sha-256",
 		"host all postgres,streaming_replica,pgpilot_monitor all reject",
 	}
 	reservedTransition := []string{
 		"host replication streaming_replica all scram-sha-256",
 		"host replication all all reject",
+		"host all postgres,streaming_replica 127.0.0.1/32 scram-sha-256",
+		"host all postgres,streaming_replica ::1/128 scram-sha-256",
 		"host all postgres,streaming_replica all scram-sha-256",
 		"host all postgres,streaming_replica,pgpilot_monitor all reject",
 	}
