@@ -1,6 +1,9 @@
 package v1alpha1
 
-import "strings"
+import (
+	"slices"
+	"strings"
+)
 
 // ForbiddenParameters are the PostgreSQL settings that run a shell command or load code into the
 // server. spec.postgresql.parameters may not set them: a user who may edit a PostgresCluster
@@ -42,18 +45,9 @@ const PreloadLibrariesMessage = "postgresql.parameters.shared_preload_libraries 
 // rule allows spaces only, this also tabs, which the rule refuses first).
 func AllowedPreloadLibraries(value string) bool {
 	for _, library := range strings.Split(value, ",") {
-		if !slicesContains(PreloadLibraries, strings.TrimSpace(library)) {
+		if !slices.Contains(PreloadLibraries, strings.TrimSpace(library)) {
 			return false
 		}
 	}
 	return true
-}
-
-func slicesContains(list []string, s string) bool {
-	for _, item := range list {
-		if item == s {
-			return true
-		}
-	}
-	return false
 }

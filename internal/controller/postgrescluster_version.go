@@ -3,7 +3,8 @@ package controller
 import (
 	"context"
 	"fmt"
-	"sort"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -105,8 +106,11 @@ func summarizeVersions(s *scope, primary string) versionSummary {
 		v.running = report.ServerVersion
 	}
 	var wrong, collations []string
-	for _, name := range sortedReportNames(s) {
+	for _, name := range slices.Sorted(maps.Keys(s.observed.Reports)) {
 		report := s.observed.Reports[name]
+		if report == nil {
+			continue
+		}
 		if v.major != 0 && report.ServerVersion != "" && majorOf(report.ServerVersion) != v.major {
 			wrong = append(wrong, fmt.Sprintf("%s runs %s", name, report.ServerVersion))
 		}
@@ -121,17 +125,6 @@ func summarizeVersions(s *scope, primary string) versionSummary {
 	}
 	v.collations = strings.Join(collations, "; ")
 	return v
-}
-
-func sortedReportNames(s *scope) []string {
-	names := make([]string, 0, len(s.observed.Reports))
-	for name, report := range s.observed.Reports {
-		if report != nil {
-			names = append(names, name)
-		}
-	}
-	sort.Strings(names)
-	return names
 }
 
 func majorOf(serverVersion string) int32 {

@@ -41,7 +41,7 @@ var _ = Describe("The sample PostgresCluster", Ordered, func() {
 		}
 		volumes = boundVolumes(ctx, cluster)
 		Expect(volumes).To(HaveLen(int(cluster.Spec.Instances)))
-		expectDefaultImage(ctx, cluster)
+		expectPgpilotImage(ctx, cluster, defaultMajor) // a cluster naming no version
 	})
 
 	It("answers SQL through its read-write Service", func(ctx SpecContext) {

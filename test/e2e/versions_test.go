@@ -14,11 +14,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	pgv1 "github.com/pgpilot/pgpilot-operator/api/v1alpha1"
+	"github.com/pgpilot/pgpilot-operator/internal/controller"
 )
 
-// defaultMajor is the major of a cluster that names none (controller.DefaultPostgresMajor),
-// which every other spec runs.
-const defaultMajor = 17
+// defaultMajor is the major of a cluster that names none, which every other spec runs.
+const defaultMajor = controller.DefaultPostgresMajor
 
 // The majors besides the default, each on a synchronous 3-instance cluster of pgpilot's own
 // image of that major: a crash of the primary under the write checker, a backup, and a
@@ -49,17 +49,7 @@ func versionSpec(major int32) {
 		AfterEach(dumpOnFailure)
 
 		It("runs pgpilot's image of that major, by its real name, and says which version runs", func(ctx SpecContext) {
-			for _, pod := range clusterPods(ctx, cluster) {
-				Expect(pod.Spec.Containers[0].Image).To(Equal(fmt.Sprintf("ghcr.io/pgpilot/postgresql:%d", major)), "pod %s", pod.Name)
-			}
-			Eventually(func(g Gomega) {
-				current := getCluster(ctx, cluster)
-				g.Expect(current.Status.PostgresMajor).To(Equal(major))
-				g.Expect(current.Status.PostgresVersion).To(HavePrefix(fmt.Sprintf("%d.", major)))
-				for _, st := range current.Status.InstancesStatus {
-					g.Expect(st.PostgresVersion).To(Equal(current.Status.PostgresVersion), "instance %s", st.Name)
-				}
-			}).WithTimeout(operatorReacts).Should(Succeed())
+			expectPgpilotImage(ctx, cluster, major)
 		})
 
 		It("refuses a change of spec.postgresVersion", func(ctx SpecContext) {
@@ -118,16 +108,19 @@ var _ = Describe("A third-party PostgreSQL image", func() {
 	})
 })
 
-// expectDefaultImage checks that a cluster naming no version runs pgpilot's image of the
-// default major by its real name, the one the CSV lists.
-func expectDefaultImage(ctx context.Context, cluster *pgv1.PostgresCluster) {
-	want := fmt.Sprintf("ghcr.io/pgpilot/postgresql:%d", defaultMajor)
+// expectPgpilotImage checks that every pod of cluster runs pgpilot's image of major by its real
+// name (the one the CSV lists), and that the status and every instance say which version runs.
+func expectPgpilotImage(ctx context.Context, cluster *pgv1.PostgresCluster, major int32) {
+	want := fmt.Sprintf("ghcr.io/pgpilot/postgresql:%d", major)
 	for _, pod := range clusterPods(ctx, cluster) {
 		Expect(pod.Spec.Containers[0].Image).To(Equal(want), "pod %s", pod.Name)
 	}
 	Eventually(func(g Gomega) {
 		current := getCluster(ctx, cluster)
-		g.Expect(current.Status.PostgresMajor).To(BeEquivalentTo(defaultMajor))
-		g.Expect(current.Status.PostgresVersion).To(HavePrefix(fmt.Sprintf("%d.", defaultMajor)))
+		g.Expect(current.Status.PostgresMajor).To(Equal(major))
+		g.Expect(current.Status.PostgresVersion).To(HavePrefix(fmt.Sprintf("%d.", major)))
+		for _, st := range current.Status.InstancesStatus {
+			g.Expect(st.PostgresVersion).To(Equal(current.Status.PostgresVersion), "instance %s", st.Name)
+		}
 	}).WithTimeout(operatorReacts).Should(Succeed())
 }

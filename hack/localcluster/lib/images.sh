@@ -90,24 +90,27 @@ build_busybox_image() {
   rm -rf "$root"
 }
 
-# postgresql_image MAJOR REF OUT: pgpilot's PostgreSQL MAJOR image (images/postgresql) from the
-# root hack/postgres-rootfs.sh builds with the recipe, configured as the Containerfile does.
+# postgresql_image MAJOR ROOT REF OUT: pgpilot's PostgreSQL MAJOR image (images/postgresql) from
+# ROOT, the root hack/postgres-rootfs.sh built with the recipe, configured as the Containerfile
+# does.
 postgresql_image() {
   local major=$1
-  assemble_image "$2" "$(postgres_rootfs "$major")" "$3" \
+  assemble_image "$3" "$2" "$4" \
     --config.cmd postgres --config.user 999:999 \
     --config.env "PATH=/usr/lib/postgresql/$major/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin" \
     --config.env PGDATA=/var/lib/postgresql/data --config.env LANG=C.UTF-8 \
     --config.env "PG_MAJOR=$major" --config.exposedports 5432/tcp --config.stopsignal SIGINT
 }
 
-# The stand-in of a third-party image, docker.io/library/postgres:15 (the default of releases
-# before 0.4.0): PostgreSQL 15 alone, without pgBackRest, with the official image's entrypoint
-# (images/postgres-official/), run as the official image runs.
+# official_postgres_image ROOT REF OUT: the stand-in of a third-party image,
+# docker.io/library/postgres:15 (the default of releases before 0.4.0), from ROOT, the root of
+# PostgreSQL 15 alone (no pgBackRest), with the official image's entrypoint (images/postgres/),
+# run as the official image runs.
 official_postgres_image() {
   local root
   root=$(new_root)
-  cp -a "$(postgres_rootfs 15 postgresql-15)/." "$root/"
+  cp -a "$1/." "$root/"
+  shift
   install -m 0755 "$LC_DIR/images/postgres/docker-entrypoint.sh" "$root/usr/local/bin/docker-entrypoint.sh"
   ln -sf usr/local/bin/docker-entrypoint.sh "$root/docker-entrypoint.sh"
   mkdir -p "$root/docker-entrypoint-initdb.d"
@@ -196,12 +199,12 @@ build_images() {
   local major root
   for major in "${POSTGRES_MAJORS[@]}"; do
     root=$(postgres_rootfs "$major")
-    image "postgresql-$major" postgresql "$major $(basename "$root")" postgresql_image "$major"
+    image "postgresql-$major" postgresql "$major $(basename "$root")" postgresql_image "$major" "$root"
     IMAGE_ALIAS[postgresql-$major]=ghcr.io/pgpilot/postgresql:$major
   done
   root=$(postgres_rootfs 15 postgresql-15)
   image official-postgres official-postgres "$(basename "$root") $(hash_inputs "$LC_DIR/images/postgres")" \
-    official_postgres_image
+    official_postgres_image "$root"
   IMAGE_ALIAS[official-postgres]=docker.io/library/postgres:15
   image prometheus prometheus "$(sha256sum <"$(bin prometheus)")" build_prometheus_image
 }

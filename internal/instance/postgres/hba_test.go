@@ -18,17 +18,11 @@ import (
 // logs in as the entry says.
 func TestUserHBAEntriesCannotReachPgpilotsRoles(t *testing.T) {
 	ctx := context.Background()
-	inst := pgtest.NewInstance(t, "primary")
-	if err := inst.InitDB(ctx, superuserPassword); err != nil {
-		t.Fatal(err)
-	}
+	inst := initialised(t, "primary")
 	cluster := pgtest.Cluster(nil)
 	cluster.Spec.PostgreSQL.PgHBA = []string{"host all all 0.0.0.0/0 trust", "host replication all 0.0.0.0/0 trust"}
 	pgtest.WriteConfig(t, inst, cluster)
-	if err := inst.Start(); err != nil {
-		t.Fatal(err)
-	}
-	admin := pgtest.Connect(t, inst, "postgres", superuserPassword, "postgres")
+	admin := startedAsSuperuser(t, inst)
 	for _, statement := range []string{
 		"CREATE ROLE app LOGIN",
 		fmt.Sprintf("CREATE ROLE %s LOGIN REPLICATION PASSWORD 'secret-repl'", agentapi.DefaultReplicationUser),
@@ -76,14 +70,8 @@ func TestUserHBAEntriesCannotReachPgpilotsRoles(t *testing.T) {
 // Secret's password would become that role's.
 func TestEnsureRolesRefusesAReservedApplicationOwner(t *testing.T) {
 	ctx := context.Background()
-	inst := pgtest.NewInstance(t, "primary")
-	if err := inst.InitDB(ctx, superuserPassword); err != nil {
-		t.Fatal(err)
-	}
-	if err := inst.Start(); err != nil {
-		t.Fatal(err)
-	}
-	admin := pgtest.Connect(t, inst, "postgres", superuserPassword, "postgres")
+	inst := initialised(t, "primary")
+	admin := startedAsSuperuser(t, inst)
 	for _, owner := range []string{agentapi.Superuser, agentapi.DefaultReplicationUser, agentapi.MonitorUser, "pg_monitor"} {
 		err := postgres.EnsureRoles(ctx, admin, postgres.Roles{Superuser: agentapi.Superuser, SuperuserPassword: superuserPassword,
 			ReplicationUser: agentapi.DefaultReplicationUser, ReplicationPassword: replicationPassword,

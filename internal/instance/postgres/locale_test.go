@@ -19,14 +19,8 @@ import (
 func TestInitLocaleAndCollationVersionCheck(t *testing.T) {
 	ctx := context.Background()
 	major := pgtest.Major(t)
-	inst := pgtest.NewInstance(t, "primary")
-	if err := inst.InitDB(ctx, superuserPassword); err != nil {
-		t.Fatal(err)
-	}
-	if err := inst.Start(); err != nil {
-		t.Fatal(err)
-	}
-	admin := pgtest.Connect(t, inst, "postgres", superuserPassword, "postgres")
+	inst := initialised(t, "primary")
+	admin := startedAsSuperuser(t, inst)
 
 	var provider, collate string
 	if err := admin.QueryRow(ctx, `SELECT datlocprovider::text, datcollate FROM pg_database WHERE datname = 'postgres'`).
@@ -85,10 +79,7 @@ func TestInitLocaleAndCollationVersionCheck(t *testing.T) {
 // anything starts, naming both.
 func TestCheckMajorRefusesAnotherMajorsData(t *testing.T) {
 	ctx := context.Background()
-	inst := pgtest.NewInstance(t, "primary")
-	if err := inst.InitDB(ctx, superuserPassword); err != nil {
-		t.Fatal(err)
-	}
+	inst := initialised(t, "primary")
 	if err := inst.CheckMajor(ctx); err != nil {
 		t.Fatalf("its own data refused: %v", err)
 	}

@@ -26,14 +26,8 @@ var harmlessParameters = []string{
 // with its allowlist. A new major adding such a setting fails here until it is classified.
 func TestEverySettingThatRunsCommandsOrLoadsCodeIsRestricted(t *testing.T) {
 	ctx := context.Background()
-	inst := pgtest.NewInstance(t, "primary")
-	if err := inst.InitDB(ctx, superuserPassword); err != nil {
-		t.Fatal(err)
-	}
-	if err := inst.Start(); err != nil {
-		t.Fatal(err)
-	}
-	admin := pgtest.Connect(t, inst, "postgres", superuserPassword, "postgres")
+	inst := initialised(t, "primary")
+	admin := startedAsSuperuser(t, inst)
 	rows, err := admin.Query(ctx, `SELECT name FROM pg_settings
 		WHERE name ~ '(command|librar|provider|_path$)' ORDER BY name`)
 	if err != nil {

@@ -15,18 +15,12 @@ import (
 // with its own (ASCII, and a password SASLprep changes: a non-breaking space is a space).
 func TestEnsureRolesSendsVerifiersAndLogsNoPassword(t *testing.T) {
 	ctx := context.Background()
-	inst := pgtest.NewInstance(t, "primary")
+	inst := initialised(t, "primary")
 	var log strings.Builder
 	inst.Output = &log
-	if err := inst.InitDB(ctx, superuserPassword); err != nil {
-		t.Fatal(err)
-	}
 	cluster := pgtest.Cluster(map[string]string{"log_statement": "all", "log_min_error_statement": "debug5"})
 	pgtest.WriteConfig(t, inst, cluster)
-	if err := inst.Start(); err != nil {
-		t.Fatal(err)
-	}
-	admin := pgtest.Connect(t, inst, "postgres", superuserPassword, "postgres")
+	admin := startedAsSuperuser(t, inst)
 	roles := postgres.Roles{Superuser: agentapi.Superuser, SuperuserPassword: "Super-Secret-4711",
 		ReplicationUser: agentapi.DefaultReplicationUser, ReplicationPassword: "Repl-Secret-0815",
 		AppOwner: "app", AppPassword: "caf\u00e9\u00a0Secret-42", AppDatabase: "app"}

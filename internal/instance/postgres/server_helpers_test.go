@@ -1,0 +1,31 @@
+package postgres_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/pgpilot/pgpilot-operator/internal/instance/postgres"
+	"github.com/pgpilot/pgpilot-operator/test/pgtest"
+)
+
+// initialised is a new instance named name with a cluster in its data directory, not started
+// (a test may write its own configuration first).
+func initialised(t *testing.T, name string) *postgres.Instance {
+	t.Helper()
+	inst := pgtest.NewInstance(t, name)
+	if err := inst.InitDB(context.Background(), superuserPassword); err != nil {
+		t.Fatal(err)
+	}
+	return inst
+}
+
+// startedAsSuperuser starts inst and connects to it as the superuser.
+func startedAsSuperuser(t *testing.T, inst *postgres.Instance) *pgx.Conn {
+	t.Helper()
+	if err := inst.Start(); err != nil {
+		t.Fatal(err)
+	}
+	return pgtest.Connect(t, inst, "postgres", superuserPassword, "postgres")
+}
