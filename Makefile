@@ -98,6 +98,7 @@ PROMETHEUS_OPERATOR_CRDS = test/crds/prometheus-operator
 .PHONY: manifests
 manifests: controller-gen ## Generate WebhookConfiguration, ClusterRole and CustomResourceDefinition objects, and the Grafana dashboard.
 	$(CONTROLLER_GEN) rbac:roleName=manager-role crd webhook paths="./..." output:crd:artifacts:config=config/crd/bases
+	go run ./hack/olmrbac config/rbac/role.yaml config/manifests/rbac
 	mkdir -p config/grafana && go run ./hack/grafana > config/grafana/pgpilot.json.tmp && mv config/grafana/pgpilot.json.tmp config/grafana/pgpilot.json
 	@# The envtest suites' Prometheus operator CRDs: no module served here holds its CRD manifests,
 	@# so they are made from its API types, at go.mod's version, by the same controller-gen.

@@ -239,6 +239,7 @@ func main() {
 		MaxConcurrentReconciles: maxConcurrentReconciles,
 		ReconcileTimeout:        reconcileTimeout,
 		PodMonitors:             podMonitors,
+		OperatorNamespace:       os.Getenv("POD_NAMESPACE"),
 	}).SetupWithManager(mgr); err != nil {
 		setupLog.Error(err, "unable to create controller", "controller", "PostgresCluster")
 		os.Exit(1)
@@ -259,6 +260,10 @@ func main() {
 		os.Exit(1)
 	}
 	// +kubebuilder:scaffold:builder
+	if err := mgr.Add(&controller.AdmissionPolicies{Client: mgr.GetClient()}); err != nil {
+		setupLog.Error(err, "unable to add the admission policies' installer")
+		os.Exit(1)
+	}
 
 	if metricsCertWatcher != nil {
 		setupLog.Info("Adding metrics certificate watcher to manager")

@@ -201,7 +201,7 @@ func (h HTTPClient) BackupResult(ctx context.Context, e Endpoint, name string) (
 
 func (h HTTPClient) callAny(ctx context.Context, e Endpoint, method, path string, body any, wants []int, into any) error {
 	if e.Address == "" {
-		return fmt.Errorf("no address (the pod has no IP yet)")
+		return fmt.Errorf("no address (the pod has no IP yet, or is not one of the cluster's StatefulSet pods)")
 	}
 	var reader io.Reader = http.NoBody
 	if body != nil {

@@ -39,6 +39,10 @@ var TLSFiles = []string{TLSCAFile, TLSCertFile, TLSKeyFile, PostgresCertFile, Po
 // agent API serves.
 const OperatorCommonName = "pgpilot-operator"
 
+// MetricsCommonName is the subject of the metrics client certificate (the cluster's
+// MetricsSecret), the one identity an instance's /metrics serves once it has certificates.
+const MetricsCommonName = "pgpilot-metrics"
+
 // TLSPolicyFile is the configuration file (a key of the cluster's ConfigMap) that says whether
 // every connection between instances must use TLS. Absent (a ConfigMap of an older operator),
 // or not required while some instance still runs an agent without certificates, standbys try
@@ -71,13 +75,13 @@ func ReadTLSPolicy(dir string) (TLSPolicy, error) {
 // MinTLSVersion is the oldest TLS the agent API and the operator speak to each other.
 const MinTLSVersion = tls.VersionTLS13
 
-// OperatorTLS is how the operator reaches the agents of one cluster: it presents its client
-// certificate (certPEM, keyPEM) and accepts only a server certificate issued by the cluster's
-// CA (caPEM) for serverName.
-func OperatorTLS(caPEM, certPEM, keyPEM []byte, serverName string) (*tls.Config, error) {
+// ClientTLS is how a client reaches the agents of one cluster (the operator its API, a scraper
+// the metrics): it presents its client certificate (certPEM, keyPEM) and accepts only a server
+// certificate issued by the cluster's CA (caPEM) for serverName.
+func ClientTLS(caPEM, certPEM, keyPEM []byte, serverName string) (*tls.Config, error) {
 	cert, err := tls.X509KeyPair(certPEM, keyPEM)
 	if err != nil {
-		return nil, fmt.Errorf("operator client certificate: %w", err)
+		return nil, fmt.Errorf("client certificate: %w", err)
 	}
 	roots := x509.NewCertPool()
 	if !roots.AppendCertsFromPEM(caPEM) {

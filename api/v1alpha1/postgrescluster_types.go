@@ -93,10 +93,25 @@ type PostgresClusterSpec struct {
 	// +operator-sdk:csv:customresourcedefinitions:type=spec,displayName="Monitoring",order=10
 	Monitoring MonitoringSpec `json:"monitoring,omitempty"`
 
+	// A NetworkPolicy that admits to the instances only the traffic pgpilot and the clients
+	// need; off unless enabled.
+	// +optional
+	// +operator-sdk:csv:customresourcedefinitions:type=spec,displayName="Network Policy",order=13
+	NetworkPolicy *NetworkPolicySpec `json:"networkPolicy,omitempty"`
+
 	// The TLS certificates of client, replication and operator connections.
 	// +optional
 	// +operator-sdk:csv:customresourcedefinitions:type=spec,displayName="Certificates",order=11
 	Certificates CertificatesSpec `json:"certificates,omitempty"`
+
+	// Lets the superuser (postgres) log in over the network with its password, from outside the
+	// instance pods. Unset, it is off for a cluster created by pgpilot 0.4.0 or later and on for
+	// one created before (status.legacySuperuserAccess), so that an upgrade locks no client
+	// out. In-pod clients (the agents, kubectl pgpilot psql) reach it over the pod's socket or
+	// loopback either way; replication and pg_rewind use streaming_replica.
+	// +optional
+	// +operator-sdk:csv:customresourcedefinitions:type=spec,displayName="Superuser Network Access",xDescriptors={"urn:alm:descriptor:com.tectonic.ui:booleanSwitch","urn:alm:descriptor:com.tectonic.ui:advanced"},order=12
+	EnableSuperuserAccess *bool `json:"enableSuperuserAccess,omitempty"`
 }
 
 // PrimaryUpdateMethod is how the primary's outdated pod is replaced.
@@ -447,6 +462,13 @@ type PostgresClusterStatus struct {
 	// +optional
 	// +operator-sdk:csv:customresourcedefinitions:type=status,displayName="PostgreSQL Major",xDescriptors={"urn:alm:descriptor:text"},order=8
 	PostgresMajor int32 `json:"postgresMajor,omitempty"`
+
+	// LegacySuperuserAccess records that the cluster was created before pgpilot 0.4.0, when the
+	// superuser could always log in over the network: an unset spec.enableSuperuserAccess keeps
+	// it so.
+	// +optional
+	// +operator-sdk:csv:customresourcedefinitions:type=status,displayName="Legacy Superuser Access",xDescriptors={"urn:alm:descriptor:text"},order=18
+	LegacySuperuserAccess bool `json:"legacySuperuserAccess,omitempty"`
 
 	// The running server's version (e.g. 17.12), as the primary's agent reports it.
 	// +optional

@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
+	"k8s.io/utils/ptr"
 
 	"github.com/pgpilot/pgpilot-operator/api/agentapi"
 	pgv1 "github.com/pgpilot/pgpilot-operator/api/v1alpha1"
@@ -121,7 +122,7 @@ func PgHBAConf(c *pgv1.PostgresCluster, tls agentapi.TLSPolicy) string {
 	// can always set the passwords the Secrets hold (the agent writes the ident map).
 	fmt.Fprintf(&b, "local all %s peer map=%s\n", agentapi.Superuser, agentapi.LocalSuperuserMap)
 	fmt.Fprintf(&b, "local all %s peer map=%s\n", agentapi.MonitorUser, agentapi.LocalSuperuserMap)
-	for _, rule := range reservedRules(tls) {
+	for _, rule := range reservedRules(tls, ptr.Deref(c.Spec.EnableSuperuserAccess, false)) {
 		b.WriteString(rule + "\n")
 	}
 	for _, line := range c.Spec.PostgreSQL.PgHBA {
@@ -141,19 +142,24 @@ func PgHBAConf(c *pgv1.PostgresCluster, tls agentapi.TLSPolicy) string {
 // reservedRules are the network rules of the roles pgpilot manages and of the replication
 // protocol, which no user line may precede: each role logs in as pgpilot's later rules would let
 // it (a password, over the pod's loopback without TLS as every in-pod client; the replication
-// user's certificate), and nothing else does.
-func reservedRules(tls agentapi.TLSPolicy) []string {
+// user's certificate), and nothing else does. The superuser logs in from the network only when
+// superuserRemote (spec.enableSuperuserAccess, resolved by the operator).
+func reservedRules(tls agentapi.TLSPolicy, superuserRemote bool) []string {
 	network, replicationAuth := "host", "scram-sha-256"
 	if tls.Required {
 		network, replicationAuth = "hostssl", "cert"
 	}
 	roles := agentapi.Superuser + "," + agentapi.DefaultReplicationUser
+	remote := roles
+	if !superuserRemote {
+		remote = agentapi.DefaultReplicationUser
+	}
 	return []string{
 		fmt.Sprintf("%s replication %s all %s", network, agentapi.DefaultReplicationUser, replicationAuth),
 		"host replication all all reject",
 		fmt.Sprintf("host all %s 127.0.0.1/32 scram-sha-256", roles),
 		fmt.Sprintf("host all %s ::1/128 scram-sha-256", roles),
-		fmt.Sprintf("%s all %s all scram-sha-256", network, roles),
+		fmt.Sprintf("%s all %s all scram-sha-256", network, remote),
 		fmt.Sprintf("host all %s,%s all reject", roles, agentapi.MonitorUser),
 	}
 }

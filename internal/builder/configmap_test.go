@@ -8,6 +8,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 
 	"github.com/pgpilot/pgpilot-operator/api/agentapi"
 	pgv1 "github.com/pgpilot/pgpilot-operator/api/v1alpha1"
@@ -130,15 +131,18 @@ func TestPgHBAConf(t *testing.T) {
 		"host replication all all reject",
 		"host all postgres,streaming_replica 127.0.0.1/32 scram-sha-256",
 		"host all postgres,streaming_replica ::1/128 scram-sha-256",
-		"hostssl all postgres,streaming_replica all scram-sha-256",
+		"hostssl all streaming_replica all scram-sha-256",
 		"host all postgres,streaming_replica,pgpilot_monitor all reject",
 	}
+	// spec.enableSuperuserAccess: the superuser's password from the network too.
+	reservedRemoteSuperuser := slices.Clone(reserved)
+	reservedRemoteSuperuser[4] = "hostssl all postgres,streaming_replica all scram-sha-256"
 	reservedTransition := []string{
 		"host replication streaming_replica all scram-sha-256",
 		"host replication all all reject",
 		"host all postgres,streaming_replica 127.0.0.1/32 scram-sha-256",
 		"host all postgres,streaming_replica ::1/128 scram-sha-256",
-		"host all postgres,streaming_replica all scram-sha-256",
+		"host all streaming_replica all scram-sha-256",
 		"host all postgres,streaming_replica,pgpilot_monitor all reject",
 	}
 	local := []string{
@@ -152,10 +156,11 @@ func TestPgHBAConf(t *testing.T) {
 	transitionRules := slices.Concat(local, []string{"host all all all scram-sha-256"})
 	required := agentapi.TLSPolicy{Required: true}
 	tests := []struct {
-		name  string
-		pgHBA []string
-		tls   agentapi.TLSPolicy
-		want  []string
+		name      string
+		pgHBA     []string
+		tls       agentapi.TLSPolicy
+		superuser *bool
+		want      []string
 	}{
 		{name: "no user lines", tls: required, want: slices.Concat(agentLogins, reserved, tlsRules)},
 		{
@@ -168,10 +173,16 @@ func TestPgHBAConf(t *testing.T) {
 			}, tlsRules),
 		},
 		{name: "TLS not yet required", want: slices.Concat(agentLogins, reservedTransition, transitionRules)},
+		{name: "superuser access from the network", tls: required, superuser: ptr.To(true),
+			want: slices.Concat(agentLogins, reservedRemoteSuperuser, tlsRules)},
+		{name: "superuser access explicitly off", tls: required, superuser: ptr.To(false),
+			want: slices.Concat(agentLogins, reserved, tlsRules)},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			conf := PgHBAConf(newCluster(func(c *pgv1.PostgresCluster) { c.Spec.PostgreSQL.PgHBA = tt.pgHBA }), tt.tls)
+			conf := PgHBAConf(newCluster(func(c *pgv1.PostgresCluster) {
+				c.Spec.PostgreSQL.PgHBA, c.Spec.EnableSuperuserAccess = tt.pgHBA, tt.superuser
+			}), tt.tls)
 			if diff := cmp.Diff(tt.want, confLines(conf)); diff != "" {
 				t.Errorf("pg_hba.conf lines (-want +got):\n%s", diff)
 			}

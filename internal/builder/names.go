@@ -5,6 +5,10 @@ package builder
 import (
 	"maps"
 	"strconv"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	pgv1 "github.com/pgpilot/pgpilot-operator/api/v1alpha1"
 )
@@ -55,6 +59,21 @@ func AppSecretName(c *pgv1.PostgresCluster) string {
 // InstancePodName is the name the StatefulSet gives instance ordinal i.
 func InstancePodName(c *pgv1.PostgresCluster, ordinal int) string {
 	return StatefulSetName(c) + "-" + strconv.Itoa(ordinal)
+}
+
+// IsInstancePod tells whether pod is one of c's StatefulSet's pods, and so may be sent the
+// agents' token: named as the StatefulSet names its pods, and controlled by it — or by nothing,
+// for the moment between pgpilot replacing the StatefulSet (its pods orphaned, kept running)
+// and the new one adopting them. Labels alone are not enough: whoever may label a pod could
+// make it look like an instance.
+func IsInstancePod(c *pgv1.PostgresCluster, pod *corev1.Pod) bool {
+	ordinal, ok := strings.CutPrefix(pod.Name, StatefulSetName(c)+"-")
+	if !ok || ordinal == "" || strings.Trim(ordinal, "0123456789") != "" {
+		return false
+	}
+	owner := metav1.GetControllerOf(pod)
+	return owner == nil || (owner.Kind == "StatefulSet" && owner.Name == StatefulSetName(c) &&
+		strings.HasPrefix(owner.APIVersion, "apps/"))
 }
 
 // SelectorLabels select every instance pod of the cluster. They are immutable on the

@@ -5,7 +5,10 @@ import (
 	"strings"
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/utils/ptr"
 
 	pgv1 "github.com/pgpilot/pgpilot-operator/api/v1alpha1"
 )
@@ -66,4 +69,32 @@ func TestOneCharacterMoreBreaksADerivedName(t *testing.T) {
 		}
 	}
 	t.Errorf("every name derived from %d characters is valid: MaxClusterNameLength could be higher", len(c.Name))
+}
+
+func TestIsInstancePod(t *testing.T) {
+	c := &pgv1.PostgresCluster{ObjectMeta: metav1.ObjectMeta{Name: "db", Namespace: "ns"}}
+	controlledBy := func(apiVersion, kind, name string) []metav1.OwnerReference {
+		return []metav1.OwnerReference{{APIVersion: apiVersion, Kind: kind, Name: name, Controller: ptr.To(true)}}
+	}
+	for _, tc := range []struct {
+		name   string
+		pod    string
+		owners []metav1.OwnerReference
+		want   bool
+	}{
+		{"the StatefulSet's pod", "db-0", controlledBy("apps/v1", "StatefulSet", "db"), true},
+		{"orphaned while the StatefulSet is replaced", "db-12", nil, true},
+		{"another cluster's pod, whose name starts the same", "db-1-0", controlledBy("apps/v1", "StatefulSet", "db-1"), false},
+		{"labelled like an instance, named otherwise", "decoy", nil, false},
+		{"named like an instance, controlled by something else", "db-3", controlledBy("batch/v1", "Job", "db"), false},
+		{"controlled by another StatefulSet", "db-0", controlledBy("apps/v1", "StatefulSet", "other"), false},
+		{"no ordinal", "db-", nil, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: tc.pod, Namespace: "ns", OwnerReferences: tc.owners}}
+			if got := IsInstancePod(c, pod); got != tc.want {
+				t.Errorf("IsInstancePod(%s) = %v, want %v", tc.pod, got, tc.want)
+			}
+		})
+	}
 }

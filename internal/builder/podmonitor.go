@@ -4,6 +4,7 @@ import (
 	"maps"
 
 	monitoringv1 "github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring/v1"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	metav1ac "k8s.io/client-go/applyconfigurations/meta/v1"
 	"k8s.io/utils/ptr"
@@ -46,7 +47,8 @@ func (p *PodMonitorApplyConfiguration) WithAnnotations(entries map[string]string
 func PodMonitorName(c *pgv1.PostgresCluster) string { return c.Name }
 
 // BuildPodMonitor scrapes every instance's metrics port and labels its series with the cluster
-// (pgpilot_cluster) and the pod, as the alerts and the dashboard expect.
+// (pgpilot_cluster) and the pod, as the alerts and the dashboard expect. It scrapes over TLS
+// with the metrics client certificate, verifying the instances with the cluster's CA.
 func BuildPodMonitor(c *pgv1.PostgresCluster) *PodMonitorApplyConfiguration {
 	spec := c.Spec.Monitoring.PodMonitor
 	labels := map[string]string{}
@@ -56,12 +58,14 @@ func BuildPodMonitor(c *pgv1.PostgresCluster) *PodMonitorApplyConfiguration {
 	// The user's labels never replace the ones pgpilot's cache selects by.
 	maps.Copy(labels, CommonLabels(c))
 	endpoint := monitoringv1.PodMetricsEndpoint{
-		Port: ptr.To(MetricsPortName),
+		Port:   ptr.To(MetricsPortName),
+		Scheme: ptr.To(monitoringv1.SchemeHTTPS),
 		RelabelConfigs: []monitoringv1.RelabelConfig{{
 			SourceLabels: []monitoringv1.LabelName{monitoringv1.LabelName("__meta_kubernetes_pod_label_" + sanitizedLabelName(ClusterLabel))},
 			TargetLabel:  ClusterMetricLabel,
 		}},
 	}
+	endpoint.TLSConfig = metricsTLSConfig(c)
 	if spec != nil && spec.Interval != "" {
 		endpoint.Interval = monitoringv1.Duration(spec.Interval)
 	}
@@ -76,6 +80,20 @@ func BuildPodMonitor(c *pgv1.PostgresCluster) *PodMonitorApplyConfiguration {
 	}
 	p.WithKind(monitoringv1.PodMonitorsKind).WithAPIVersion(monitoringv1.SchemeGroupVersion.String())
 	return p
+}
+
+// metricsTLSConfig presents the metrics client certificate and verifies the instances' API
+// certificate (which the metrics port serves) for the name the operator verifies it for.
+func metricsTLSConfig(c *pgv1.PostgresCluster) *monitoringv1.SafeTLSConfig {
+	key := func(name string) *corev1.SecretKeySelector {
+		return &corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: MetricsSecretName(c)}, Key: name}
+	}
+	return &monitoringv1.SafeTLSConfig{
+		CA:         monitoringv1.SecretOrConfigMap{Secret: key(corev1.ServiceAccountRootCAKey)},
+		Cert:       monitoringv1.SecretOrConfigMap{Secret: key(corev1.TLSCertKey)},
+		KeySecret:  key(corev1.TLSPrivateKeyKey),
+		ServerName: ptr.To(AgentServerName(c)),
+	}
 }
 
 // sanitizedLabelName is how Prometheus's Kubernetes discovery turns a label name into part of a

@@ -6,6 +6,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	monitoringv1 "github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring/v1"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
@@ -17,16 +18,28 @@ func TestBuildPodMonitor(t *testing.T) {
 		SourceLabels: []monitoringv1.LabelName{"__meta_kubernetes_pod_label_postgres_pgpilot_io_cluster"},
 		TargetLabel:  "pgpilot_cluster",
 	}
+	secretKey := func(key string) *corev1.SecretKeySelector {
+		return &corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: "db-metrics-client"}, Key: key}
+	}
+	// Over TLS with the metrics client certificate, the instances verified for the -r Service.
+	withTLS := monitoringv1.HTTPConfigWithProxy{HTTPConfig: monitoringv1.HTTPConfig{TLSConfig: &monitoringv1.SafeTLSConfig{
+		CA:         monitoringv1.SecretOrConfigMap{Secret: secretKey("ca.crt")},
+		Cert:       monitoringv1.SecretOrConfigMap{Secret: secretKey("tls.crt")},
+		KeySecret:  secretKey("tls.key"),
+		ServerName: ptr.To("db-r.ns.svc"),
+	}}}
+	https := ptr.To(monitoringv1.SchemeHTTPS)
 	tests := []struct {
 		name         string
 		podMonitor   *pgv1.PodMonitorSpec
 		wantLabels   map[string]string
 		wantEndpoint monitoringv1.PodMetricsEndpoint
 	}{{
-		name:         "defaults: Prometheus's interval, pgpilot's labels",
-		podMonitor:   &pgv1.PodMonitorSpec{Enabled: true},
-		wantLabels:   wantCommonLabels(),
-		wantEndpoint: monitoringv1.PodMetricsEndpoint{Port: ptr.To("metrics"), RelabelConfigs: []monitoringv1.RelabelConfig{relabelCluster}},
+		name:       "defaults: Prometheus's interval, pgpilot's labels",
+		podMonitor: &pgv1.PodMonitorSpec{Enabled: true},
+		wantLabels: wantCommonLabels(),
+		wantEndpoint: monitoringv1.PodMetricsEndpoint{Port: ptr.To("metrics"), Scheme: https, HTTPConfigWithProxy: withTLS,
+			RelabelConfigs: []monitoringv1.RelabelConfig{relabelCluster}},
 	}, {
 		name: "interval, and labels for a Prometheus's podMonitorSelector, which never replace pgpilot's",
 		podMonitor: &pgv1.PodMonitorSpec{Enabled: true, Interval: "15s",
@@ -36,7 +49,7 @@ func TestBuildPodMonitor(t *testing.T) {
 			maps.Copy(labels, map[string]string{"release": "prometheus"})
 			return labels
 		}(),
-		wantEndpoint: monitoringv1.PodMetricsEndpoint{Port: ptr.To("metrics"), Interval: "15s",
+		wantEndpoint: monitoringv1.PodMetricsEndpoint{Port: ptr.To("metrics"), Interval: "15s", Scheme: https, HTTPConfigWithProxy: withTLS,
 			RelabelConfigs: []monitoringv1.RelabelConfig{relabelCluster}},
 	}}
 	for _, tt := range tests {

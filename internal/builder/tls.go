@@ -9,12 +9,17 @@ import (
 
 	"github.com/pgpilot/pgpilot-operator/api/agentapi"
 	pgv1 "github.com/pgpilot/pgpilot-operator/api/v1alpha1"
+	"github.com/pgpilot/pgpilot-operator/internal/certs"
 )
 
 // Names of the certificate Secrets. The CA Secret is the operator's alone (the CA's key and the
 // operator's client certificate); the TLS Secret is projected into every instance pod.
 func CASecretName(c *pgv1.PostgresCluster) string  { return c.Name + "-ca" }
 func TLSSecretName(c *pgv1.PostgresCluster) string { return c.Name + "-tls" }
+
+// MetricsSecretName is the Secret whose holder may scrape the instances' metrics: the metrics
+// client certificate, its key and the cluster's CA, under the keys of kubernetes.io/tls.
+func MetricsSecretName(c *pgv1.PostgresCluster) string { return c.Name + "-metrics-client" }
 
 // Keys of the CA Secret beside agentapi.TLSCAFile.
 const (
@@ -92,29 +97,41 @@ type Certificates struct {
 	CARenewAt, TLSRenewAt time.Time
 }
 
+// BuildMetricsSecret holds what a scraper presents to the instances' metrics (client) and
+// verifies them with (the cluster's CA); the PodMonitor names its keys.
+func BuildMetricsSecret(c *pgv1.PostgresCluster, caCert []byte, client certs.Pair, renewAt time.Time) *corev1.Secret {
+	secret := certificateSecret(c, MetricsSecretName(c), renewAt, map[string][]byte{
+		corev1.ServiceAccountRootCAKey: caCert,
+		corev1.TLSCertKey:              client.CertPEM,
+		corev1.TLSPrivateKeyKey:        client.KeyPEM,
+	})
+	secret.Type = corev1.SecretTypeTLS
+	return secret
+}
+
 // BuildCASecret holds the CA's key and the operator's client certificate; no pod mounts it.
-func BuildCASecret(c *pgv1.PostgresCluster, certs Certificates) *corev1.Secret {
-	return certificateSecret(c, CASecretName(c), certs.CARenewAt, map[string][]byte{
-		agentapi.TLSCAFile: certs.CACert,
-		CAKeyKey:           certs.CAKey,
-		OperatorCertKey:    certs.OperatorCert,
-		OperatorKeyKey:     certs.OperatorKey,
+func BuildCASecret(c *pgv1.PostgresCluster, issued Certificates) *corev1.Secret {
+	return certificateSecret(c, CASecretName(c), issued.CARenewAt, map[string][]byte{
+		agentapi.TLSCAFile: issued.CACert,
+		CAKeyKey:           issued.CAKey,
+		OperatorCertKey:    issued.OperatorCert,
+		OperatorKeyKey:     issued.OperatorKey,
 	})
 }
 
 // BuildTLSSecret holds what every instance needs: the CA certificate, the server certificate
 // and the replication user's client certificate.
-func BuildTLSSecret(c *pgv1.PostgresCluster, certs Certificates) *corev1.Secret {
-	return certificateSecret(c, TLSSecretName(c), certs.TLSRenewAt, map[string][]byte{
-		agentapi.TLSCAFile:           certs.CACert,
-		agentapi.TLSCertFile:         certs.ServerCert,
-		agentapi.TLSKeyFile:          certs.ServerKey,
-		agentapi.PostgresCertFile:    certs.PostgresCert,
-		agentapi.PostgresKeyFile:     certs.PostgresKey,
-		agentapi.ServerCAFile:        certs.ServerCA,
-		agentapi.ClientCAFile:        certs.ClientCA,
-		agentapi.ReplicationCertFile: certs.ReplicationCert,
-		agentapi.ReplicationKeyFile:  certs.ReplicationKey,
+func BuildTLSSecret(c *pgv1.PostgresCluster, issued Certificates) *corev1.Secret {
+	return certificateSecret(c, TLSSecretName(c), issued.TLSRenewAt, map[string][]byte{
+		agentapi.TLSCAFile:           issued.CACert,
+		agentapi.TLSCertFile:         issued.ServerCert,
+		agentapi.TLSKeyFile:          issued.ServerKey,
+		agentapi.PostgresCertFile:    issued.PostgresCert,
+		agentapi.PostgresKeyFile:     issued.PostgresKey,
+		agentapi.ServerCAFile:        issued.ServerCA,
+		agentapi.ClientCAFile:        issued.ClientCA,
+		agentapi.ReplicationCertFile: issued.ReplicationCert,
+		agentapi.ReplicationKeyFile:  issued.ReplicationKey,
 	})
 }
 

@@ -6,9 +6,11 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	pgv1 "github.com/pgpilot/pgpilot-operator/api/v1alpha1"
+	"github.com/pgpilot/pgpilot-operator/internal/certs"
 )
 
 func TestServerDNSNames(t *testing.T) {
@@ -73,5 +75,23 @@ func TestAppConnection(t *testing.T) {
 		if string(got[key]) != want {
 			t.Errorf("%s = %q, want %q", key, got[key], want)
 		}
+	}
+}
+
+func TestBuildMetricsSecret(t *testing.T) {
+	renewAt := time.Date(2026, 3, 1, 0, 0, 0, 0, time.UTC)
+	secret := BuildMetricsSecret(newCluster(), []byte("CA"), certs.Pair{CertPEM: []byte("CERT"), KeyPEM: []byte("KEY")}, renewAt)
+	if secret.Name != "db-metrics-client" || secret.Namespace != "ns" || secret.Type != corev1.SecretTypeTLS {
+		t.Errorf("secret = %s/%s of type %s, want ns/db-metrics-client of type kubernetes.io/tls", secret.Namespace, secret.Name, secret.Type)
+	}
+	want := map[string][]byte{"ca.crt": []byte("CA"), "tls.crt": []byte("CERT"), "tls.key": []byte("KEY")}
+	if diff := cmp.Diff(want, secret.Data); diff != "" {
+		t.Errorf("data (-want +got):\n%s", diff)
+	}
+	if got := secret.Annotations[RenewAtAnnotation]; got != "2026-03-01T00:00:00Z" {
+		t.Errorf("renew-at = %q", got)
+	}
+	if diff := cmp.Diff([]metav1.OwnerReference{wantOwnerReference()}, secret.OwnerReferences); diff != "" {
+		t.Errorf("owner references (-want +got):\n%s", diff)
 	}
 }

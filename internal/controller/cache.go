@@ -7,6 +7,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -30,6 +31,7 @@ func CacheOptions(namespaces []string, podMonitors bool) cache.Options {
 		&corev1.Pod{}:                   managed,
 		&appsv1.StatefulSet{}:           managed,
 		&policyv1.PodDisruptionBudget{}: managed,
+		&networkingv1.NetworkPolicy{}:   managed,
 		&corev1.ServiceAccount{}:        managed,
 		&rbacv1.Role{}:                  managed,
 		&rbacv1.RoleBinding{}:           managed,

@@ -27,12 +27,16 @@ var (
 		Name: "pgpilot_primary_changes_total",
 		Help: "Completed changes of a cluster's primary, by kind: failover or switchover.",
 	}, []string{"namespace", "cluster", "kind"})
+	admissionPolicyFailures = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "pgpilot_admission_policy_failures_total",
+		Help: "Failed attempts to install pgpilot's ValidatingAdmissionPolicies (Secret references, primary Lease).",
+	})
 	clustersDesc = prometheus.NewDesc("pgpilot_clusters",
 		"PostgresClusters the operator manages, by phase.", []string{"phase"}, nil)
 )
 
 func init() {
-	metrics.Registry.MustRegister(ownedWrites, stageOutcomes, primaryChanges)
+	metrics.Registry.MustRegister(ownedWrites, stageOutcomes, primaryChanges, admissionPolicyFailures)
 }
 
 func recordWrite(kind, outcome string) {

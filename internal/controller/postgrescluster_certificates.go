@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"slices"
@@ -37,7 +38,11 @@ func (r *PostgresClusterReconciler) ensureCertificates(ctx context.Context, s *s
 	if st != nil || err != nil {
 		return st, err
 	}
-	for _, secret := range []*corev1.Secret{ca, server} {
+	metrics, st, err := r.ensureMetricsSecret(ctx, s, ca, now)
+	if st != nil || err != nil {
+		return st, err
+	}
+	for _, secret := range []*corev1.Secret{ca, server, metrics} {
 		if at, err := pgbuilder.SecretRenewAt(secret); err == nil && (s.renewAt.IsZero() || at.Before(s.renewAt)) {
 			s.renewAt = at
 		}
@@ -97,6 +102,34 @@ func (r *PostgresClusterReconciler) createCASecret(ctx context.Context, s *scope
 	}
 	return r.createSecret(ctx, s, pgbuilder.BuildCASecret(c, pgbuilder.Certificates{CACert: authority.CertPEM,
 		CAKey: authority.KeyPEM, OperatorCert: operator.CertPEM, OperatorKey: operator.KeyPEM, CARenewAt: renewAt}))
+}
+
+// ensureMetricsSecret keeps the metrics client certificate, issued again when due or when the
+// CA that issued it changed. Whoever may read the Secret may scrape: Kubernetes RBAC on Secrets
+// is the authorization, and the instances ask for nothing else.
+func (r *PostgresClusterReconciler) ensureMetricsSecret(ctx context.Context, s *scope, ca *corev1.Secret, now time.Time) (*corev1.Secret, *stop, error) {
+	c := s.cluster
+	existing, err := r.certificateSecret(ctx, c, pgbuilder.MetricsSecretName(c))
+	if err != nil {
+		return nil, nil, err
+	}
+	caCert := ca.Data[agentapi.TLSCAFile]
+	if existing != nil && bytes.Equal(existing.Data[corev1.ServiceAccountRootCAKey], caCert) && !dueForRenewal(c, existing, now) {
+		return existing, nil, nil
+	}
+	authority := certs.Pair{CertPEM: caCert, KeyPEM: ca.Data[pgbuilder.CAKeyKey]}
+	client, renewAt, err := issueClient(c, authority, agentapi.MetricsCommonName, now)
+	if err != nil {
+		return nil, invalidUntilFixed(reasonCertificatesInvalid, fmt.Sprintf("issue the metrics client certificate: %v", err)), nil
+	}
+	desired := pgbuilder.BuildMetricsSecret(c, caCert, client, renewAt)
+	if existing == nil {
+		created, err := r.createSecret(ctx, s, desired)
+		return created, nil, err
+	}
+	renewed := existing.DeepCopy()
+	renewed.Data, renewed.Annotations = desired.Data, desired.Annotations
+	return renewed, nil, r.renewSecret(ctx, s, renewed, "the metrics client certificate")
 }
 
 // ensureTLSSecret keeps what the instances need: the agent API's certificate and the

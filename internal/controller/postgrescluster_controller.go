@@ -11,6 +11,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -75,6 +76,9 @@ type PostgresClusterReconciler struct {
 	// RefusalBackoff is how long a cluster whose children the API server refused for good holds
 	// back its writes; zero means defaultRefusalBackoff.
 	RefusalBackoff time.Duration
+	// OperatorNamespace is where the operator runs (POD_NAMESPACE), whose pods a cluster's
+	// NetworkPolicy admits to the agent API; empty for an operator outside the cluster.
+	OperatorNamespace string
 	// PodMonitors: the API server serves the Prometheus operator's PodMonitor
 	// (PodMonitorsServed), so clusters may ask for one.
 	PodMonitors bool
@@ -181,6 +185,7 @@ func (r *PostgresClusterReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Owns(&appsv1.StatefulSet{}).
 		Owns(&corev1.Service{}).
 		Owns(&policyv1.PodDisruptionBudget{}).
+		Owns(&networkingv1.NetworkPolicy{}).
 		Owns(&corev1.ServiceAccount{}).
 		Owns(&rbacv1.Role{}).
 		Owns(&rbacv1.RoleBinding{}).

@@ -38,6 +38,7 @@ func (r *PostgresClusterReconciler) childrenLane() []stage {
 		{"statefulset", unlessUnchanged(r.ensureStatefulSet)},
 		{"services", unlessUnchanged(r.ensureServices)},
 		{"poddisruptionbudget", unlessUnchanged(r.ensurePodDisruptionBudget)},
+		{"networkpolicy", unlessUnchanged(r.ensureNetworkPolicy)},
 		{"monitoring", r.ensureMonitoring},
 		{"remember", r.rememberUnchangedChildren},
 	}

@@ -13,8 +13,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/rest"
-	"sigs.k8s.io/controller-runtime/pkg/client"
-	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/pgpilot/pgpilot-operator/api/agentapi"
 	pgv1 "github.com/pgpilot/pgpilot-operator/api/v1alpha1"
@@ -108,30 +106,7 @@ func (r *PostgresClusterReconciler) ensurePodMonitor(ctx context.Context, s *sco
 	case wanted:
 		return ensureOwned(ctx, r, s, pgbuilder.BuildPodMonitor(s.cluster), &monitoringv1.PodMonitor{})
 	}
-	return r.deletePodMonitor(ctx, s)
-}
-
-// deletePodMonitor removes the cluster's PodMonitor, if pgpilot made one (it is in the cache,
-// which holds only objects pgpilot labelled, and the cluster controls it).
-func (r *PostgresClusterReconciler) deletePodMonitor(ctx context.Context, s *scope) error {
-	live := &monitoringv1.PodMonitor{}
-	err := r.Get(ctx, client.ObjectKey{Namespace: s.cluster.Namespace, Name: pgbuilder.PodMonitorName(s.cluster)}, live)
-	if apierrors.IsNotFound(err) {
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("get podmonitor: %w", err)
-	}
-	if !metav1.IsControlledBy(live, s.cluster) {
-		return nil
-	}
-	if err := r.Delete(ctx, live); client.IgnoreNotFound(err) != nil {
-		return fmt.Errorf("delete podmonitor %s: %w", live.Name, err)
-	}
-	s.childrenWritten = true
-	recordWrite(monitoringv1.PodMonitorsKind, "deleted")
-	logf.FromContext(ctx).Info("deleted owned object", "kind", monitoringv1.PodMonitorsKind, "name", live.Name)
-	return nil
+	return r.deleteControlled(ctx, s, &monitoringv1.PodMonitor{}, pgbuilder.PodMonitorName(s.cluster), monitoringv1.PodMonitorsKind)
 }
 
 // monitoringSummary is what the Monitoring condition is made from.

@@ -59,14 +59,16 @@ func (r *PostgresClusterReconciler) observe(ctx context.Context, s *scope) (*sto
 	return nil, nil
 }
 
-// instancePods are the cluster's pods as cached, in ordinal order.
+// instancePods are the cluster's pods as cached, in ordinal order: its StatefulSet's, not any
+// pod that carries its labels.
 func (r *PostgresClusterReconciler) instancePods(ctx context.Context, c *pgv1.PostgresCluster) ([]corev1.Pod, error) {
 	pods := &corev1.PodList{}
 	if err := r.List(ctx, pods, client.InNamespace(c.Namespace), client.MatchingFields{podsByClusterIndex: c.Name}); err != nil {
 		return nil, fmt.Errorf("list pods: %w", err)
 	}
-	slices.SortFunc(pods.Items, func(a, b corev1.Pod) int { return ha.CompareNames(a.Name, b.Name) })
-	return pods.Items, nil
+	instances := slices.DeleteFunc(pods.Items, func(p corev1.Pod) bool { return !pgbuilder.IsInstancePod(c, &p) })
+	slices.SortFunc(instances, func(a, b corev1.Pod) int { return ha.CompareNames(a.Name, b.Name) })
+	return instances, nil
 }
 
 // unreadyAgentTimeout bounds the question to the agent of a pod the kubelet finds unready, or

@@ -28,7 +28,15 @@ func (r *PostgresClusterReconciler) ensureConfigMap(ctx context.Context, s *scop
 	// certificates: until its pod is rolled, such an instance can neither serve TLS nor log in
 	// by certificate.
 	s.tlsRequired = !slices.ContainsFunc(pods, func(p corev1.Pod) bool { return !agentclient.ServesTLS(&p) })
-	desired := pgbuilder.BuildConfigMap(s.cluster, agentapi.TLSPolicy{Required: s.tlsRequired})
+	sts, err := r.liveStatefulSet(ctx, s)
+	if err != nil {
+		return nil, err
+	}
+	if isLegacySuperuserAccess(s.cluster, sts) {
+		s.cluster.Status.LegacySuperuserAccess = true
+	}
+	desired := pgbuilder.BuildConfigMap(withSuperuserAccess(s.cluster, s.cluster.Status.LegacySuperuserAccess),
+		agentapi.TLSPolicy{Required: s.tlsRequired})
 	s.configHash = agentapi.ConfigHash([]byte(desired.Data[agentapi.PostgresqlConfFile]), []byte(desired.Data[agentapi.HBAConfFile]))
 	live := &corev1.ConfigMap{} // as it was before this reconcile's apply
 	if err := ensureOwned(ctx, r, s, desired, live); err != nil {
@@ -60,6 +68,9 @@ func (r *PostgresClusterReconciler) ensureStatefulSet(ctx context.Context, s *sc
 	desired, err := pgbuilder.BuildStatefulSet(s.cluster, pgbuilder.Images{Postgres: image, Agent: r.AgentImage, PostgresMajor: major})
 	if err != nil {
 		return invalid("InvalidSpec", err.Error()), nil
+	}
+	if s.cluster.Status.LegacySuperuserAccess {
+		desired.WithAnnotations(map[string]string{legacySuperuserAccessAnnotation: "true"})
 	}
 	if replaced, err := r.replaceForLargerVolumes(ctx, s); err != nil {
 		return nil, err

@@ -10,6 +10,7 @@ import (
 
 	"github.com/pgpilot/pgpilot-operator/api/agentapi"
 	pgv1 "github.com/pgpilot/pgpilot-operator/api/v1alpha1"
+	pgbuilder "github.com/pgpilot/pgpilot-operator/internal/builder"
 	"github.com/pgpilot/pgpilot-operator/internal/controller/agentclient"
 	"github.com/pgpilot/pgpilot-operator/internal/ha"
 )
@@ -104,6 +105,9 @@ func newScope(cluster *pgv1.PostgresCluster) *scope {
 
 // endpoint is how the operator reaches the agent of pod.
 func (r *PostgresClusterReconciler) endpoint(s *scope, pod *corev1.Pod) agentapi.Endpoint {
+	if !pgbuilder.IsInstancePod(s.cluster, pod) {
+		return agentapi.Endpoint{} // never the token to a pod that only looks like an instance
+	}
 	e := agentapi.Endpoint{Address: r.agentAddress(pod), Token: s.observed.token}
 	if agentclient.ServesTLS(pod) {
 		e.TLS = s.agentTLS

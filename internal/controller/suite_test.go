@@ -97,6 +97,7 @@ var _ = BeforeSuite(func() {
 		HealthInterval:          testRequeueInterval,
 		AgentAddress:            agentAddresses.lookup,
 		PodMonitors:             true,
+		OperatorNamespace:       testOperatorNamespace,
 		Now:                     testClock.now,
 	}
 	Expect(reconciler.SetupWithManager(mgr)).To(Succeed())

@@ -24,6 +24,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/config"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
@@ -55,6 +56,8 @@ const (
 var (
 	k8s       client.Client
 	clientset *kubernetes.Clientset
+	// restConfig reaches the API server as k8s and clientset do, for exec into pods.
+	restConfig *rest.Config
 	// httpcheckImage is a tiny static HTTP client (hack/localcluster/src/httpcheck), loaded into
 	// the cluster by localcluster; specs run it in pods to look at Services from inside.
 	httpcheckImage string
@@ -76,6 +79,7 @@ var _ = BeforeSuite(func() {
 
 	cfg, err := config.GetConfig()
 	Expect(err).NotTo(HaveOccurred(), "no kubeconfig: run the suite through `localcluster exec`")
+	restConfig = cfg
 	scheme := runtime.NewScheme()
 	Expect(clientgoscheme.AddToScheme(scheme)).To(Succeed())
 	Expect(pgv1.AddToScheme(scheme)).To(Succeed())

@@ -31,11 +31,14 @@ func (l *storageClassList) defaultName() string {
 	return ""
 }
 
-// loadSample reads config/samples' PostgresCluster into namespace ns.
+// loadSample reads config/samples' PostgresCluster into namespace ns, with the superuser's
+// network access on: the specs check data as the superuser from Jobs (the third-party spec
+// checks that a cluster without it refuses).
 func loadSample(ns string) *pgv1.PostgresCluster {
 	cluster := &pgv1.PostgresCluster{}
 	readManifest("samples/postgres_v1alpha1_postgrescluster.yaml", cluster)
 	cluster.Namespace = ns
+	cluster.Spec.EnableSuperuserAccess = ptr.To(true)
 	return cluster
 }
 

@@ -4,6 +4,7 @@ package e2e
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -24,7 +25,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/pgpilot/pgpilot-operator/api/agentapi"
 	pgv1 "github.com/pgpilot/pgpilot-operator/api/v1alpha1"
+	pgbuilder "github.com/pgpilot/pgpilot-operator/internal/builder"
 )
 
 // Monitoring end to end, on one two-instance cluster. Custom queries: a ConfigMap of
@@ -84,6 +87,12 @@ var _ = Describe("Monitoring", Ordered, SpecPriority(slowSpecs), func() {
 			g.Expect(body).To(ContainSubstring("\npgpilot_custom_queries 1\n"))
 			g.Expect(monitoring(g, ctx).Status).To(Equal(metav1.ConditionTrue))
 		}).WithTimeout(2 * time.Minute).Should(Succeed())
+
+		By("nobody else reads them: not over plain HTTP, not over TLS without the metrics certificate")
+		code, body, err := scrapeInstance(ctx, cluster, cluster.Name+"-0", nil)
+		Expect(err == nil && code == http.StatusOK).To(BeFalse(), "plain HTTP answered: %.200s", body)
+		code, _, err = scrapeInstance(ctx, cluster, cluster.Name+"-0", &tls.Config{InsecureSkipVerify: true}) //nolint:gosec // a scraper without credentials
+		Expect(err).To(HaveOccurred(), "TLS without a client certificate answered %d", code)
 	})
 
 	It("exports a changed ConfigMap without a restart, and reports a query that fails", func(ctx SpecContext) {
@@ -295,18 +304,39 @@ func e2eRules() *monitoringv1.PrometheusRule {
 	return rules
 }
 
-// instanceMetrics reads an instance's metrics port from the node's network.
+// instanceMetrics reads an instance's metrics port from the node's network, as a scraper
+// holding the cluster's metrics client certificate.
 func instanceMetrics(g Gomega, ctx context.Context, cluster *pgv1.PostgresCluster, name string) string {
+	secret := &corev1.Secret{}
+	g.Expect(k8s.Get(ctx, client.ObjectKey{Namespace: cluster.Namespace, Name: pgbuilder.MetricsSecretName(cluster)}, secret)).To(Succeed())
+	config, err := agentapi.ClientTLS(secret.Data[corev1.ServiceAccountRootCAKey], secret.Data[corev1.TLSCertKey],
+		secret.Data[corev1.TLSPrivateKeyKey], pgbuilder.AgentServerName(cluster))
+	g.Expect(err).NotTo(HaveOccurred())
+	code, body, err := scrapeInstance(ctx, cluster, name, config)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(code).To(Equal(http.StatusOK))
+	return "\n" + body // every line, the first included, between newlines
+}
+
+// scrapeInstance reads an instance's metrics over HTTPS with config (nil: over plain HTTP).
+func scrapeInstance(ctx context.Context, cluster *pgv1.PostgresCluster, name string, config *tls.Config) (int, string, error) {
 	pod := &corev1.Pod{}
-	g.Expect(k8s.Get(ctx, client.ObjectKey{Namespace: cluster.Namespace, Name: name}, pod)).To(Succeed())
-	g.Expect(pod.Status.PodIP).NotTo(BeEmpty())
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+net.JoinHostPort(pod.Status.PodIP, "9187")+"/metrics", nil)
-	g.Expect(err).NotTo(HaveOccurred())
-	resp, err := (&http.Client{Timeout: 10 * time.Second}).Do(req)
-	g.Expect(err).NotTo(HaveOccurred())
+	if err := k8s.Get(ctx, client.ObjectKey{Namespace: cluster.Namespace, Name: name}, pod); err != nil || pod.Status.PodIP == "" {
+		return 0, "", fmt.Errorf("pod %s has no IP yet: %v", name, err)
+	}
+	scheme := "https://"
+	if config == nil {
+		scheme = "http://"
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, scheme+net.JoinHostPort(pod.Status.PodIP, "9187")+"/metrics", nil)
+	if err != nil {
+		return 0, "", err
+	}
+	resp, err := (&http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: config}}).Do(req)
+	if err != nil {
+		return 0, "", err
+	}
 	defer func() { _ = resp.Body.Close() }()
 	body, err := io.ReadAll(resp.Body)
-	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(resp.StatusCode).To(Equal(http.StatusOK))
-	return "\n" + string(body) // every line, the first included, between newlines
+	return resp.StatusCode, string(body), err
 }

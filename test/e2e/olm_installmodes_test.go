@@ -11,6 +11,7 @@ import (
 	. "github.com/onsi/gomega"
 	operatorsv1alpha1 "github.com/operator-framework/api/pkg/operators/v1alpha1"
 	appsv1 "k8s.io/api/apps/v1"
+	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -88,6 +89,18 @@ func installModes(ctx context.Context, installs ...*modeInstall) {
 		// which the CSV's Deployment reads into WATCH_NAMESPACE.
 		Expect(operatorPodAnnotation(ctx, m.own, "olm.targetNamespaces")).To(Equal(m.csv.Annotations["olm.targetNamespaces"]))
 	}
+	// Least privilege: the operator's identity reads Secrets where it works and nowhere else
+	// (OLM turns the CSV's namespaced permissions into Roles in the targets; AllNamespaces
+	// into a ClusterRole).
+	unwatched := newNamespace(ctx, "e2e-mode-none")
+	for _, m := range installs {
+		for _, ns := range m.targets {
+			Eventually(func() bool { return operatorMay(ctx, m.own, ns, "get", "secrets") }).
+				Should(BeTrue(), "%s: the operator cannot read Secrets in its target %s", m.mode, ns)
+		}
+		Expect(operatorMay(ctx, m.own, unwatched, "get", "secrets")).To(Equal(m.targets == nil),
+			"%s: the operator's Secret access in %s, a namespace it does not watch", m.mode, unwatched)
+	}
 	// The clusters outside first, so that by the time the watched ones are Ready, every operator
 	// has had every chance to touch them. AllNamespaces leaves none outside.
 	var outside []*pgv1.PostgresCluster
@@ -128,6 +141,18 @@ func installModes(ctx context.Context, installs ...*modeInstall) {
 	if len(outside) > 0 {
 		expectIgnored(ctx, outside...)
 	}
+}
+
+// operatorMay asks the API server's authorizer whether the operator installed in own may do verb
+// on resource in ns (a SubjectAccessReview for its ServiceAccount).
+func operatorMay(ctx context.Context, own, ns, verb, resource string) bool {
+	review := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
+		User:               "system:serviceaccount:" + own + ":" + operatorDeployment,
+		Groups:             []string{"system:serviceaccounts", "system:serviceaccounts:" + own, "system:authenticated"},
+		ResourceAttributes: &authorizationv1.ResourceAttributes{Namespace: ns, Verb: verb, Resource: resource},
+	}}
+	Expect(k8s.Create(ctx, review)).To(Succeed())
+	return review.Status.Allowed
 }
 
 // operatorPodAnnotation reads an annotation of the operator's pod in ns.

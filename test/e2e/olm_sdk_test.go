@@ -16,6 +16,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	pgversion "github.com/pgpilot/pgpilot-operator/internal/version"
@@ -101,6 +102,17 @@ var _ = Describe("operator-sdk scorecard", Ordered, Label(olmLabel), func() {
 			binding.Name, binding.Namespace = "scorecard-"+kind, ns
 			Expect(k8s.Create(ctx, binding)).To(Succeed())
 		}
+		// The examples name the S3 Secrets; the pgpilot-secret-references admission policy lets
+		// only someone who may read a Secret name it, so the account gets that and no more.
+		readSecrets := &rbacv1.Role{Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"secrets"},
+			Verbs: []string{"get"}, ResourceNames: []string{"s3-credentials", "s3-ca"}}}}
+		readSecrets.Name, readSecrets.Namespace = "scorecard-example-secrets", ns
+		Expect(k8s.Create(ctx, readSecrets)).To(Succeed())
+		Expect(k8s.Create(ctx, &rbacv1.RoleBinding{
+			ObjectMeta: metav1.ObjectMeta{Name: readSecrets.Name, Namespace: ns},
+			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: readSecrets.Name},
+			Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: sa.Name, Namespace: ns}},
+		})).To(Succeed())
 	})
 	AfterEach(dumpOLMOnFailure)
 

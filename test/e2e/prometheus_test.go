@@ -71,6 +71,7 @@ func startPrometheus(ctx context.Context, podMonitor *monitoringv1.PodMonitor) *
 		ObjectMeta: metav1.ObjectMeta{Name: "prometheus", Namespace: ns},
 		Data:       map[string]string{"prometheus.yml": string(config), "rules.yaml": string(ruleFile)},
 	})).To(Succeed())
+	copyScrapeSecret(ctx, podMonitor, ns)
 	grantDiscoveryAndMetrics(ctx, ns)
 
 	pod := prometheusPod(ns, image)
@@ -152,7 +153,8 @@ func prometheusPod(ns, image string) *corev1.Pod {
 			ProbeHandler:  corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/-/ready", Port: intstr.FromInt32(9090)}},
 			PeriodSeconds: 1,
 		},
-		VolumeMounts: []corev1.VolumeMount{{Name: "config", MountPath: "/etc/prometheus"}, {Name: "data", MountPath: "/prometheus"}},
+		VolumeMounts: []corev1.VolumeMount{{Name: "config", MountPath: "/etc/prometheus"}, {Name: "data", MountPath: "/prometheus"},
+			{Name: "scrape-tls", MountPath: scrapeTLSDir, ReadOnly: true}},
 	})
 	container.SecurityContext.ReadOnlyRootFilesystem = ptr.To(true)
 	return &corev1.Pod{
@@ -164,8 +166,43 @@ func prometheusPod(ns, image string) *corev1.Pod {
 				{Name: "config", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
 					LocalObjectReference: corev1.LocalObjectReference{Name: "prometheus"}}}},
 				{Name: "data", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
+				{Name: "scrape-tls", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: scrapeTLSSecret}}},
 			},
 		},
+	}
+}
+
+// The Prometheus pod reads the PodMonitor's TLS Secret keys as files here, as the Prometheus
+// operator copies them into its server's Secret.
+const (
+	scrapeTLSSecret = "scrape-tls"
+	scrapeTLSDir    = "/etc/prometheus-tls"
+)
+
+// copyScrapeSecret copies the Secret the PodMonitor's TLS configuration names (one Secret, as
+// pgpilot's does) into the Prometheus namespace.
+func copyScrapeSecret(ctx context.Context, pm *monitoringv1.PodMonitor, ns string) {
+	tls := pm.Spec.PodMetricsEndpoints[0].TLSConfig
+	Expect(tls).NotTo(BeNil(), "the PodMonitor scrapes without TLS")
+	names := []string{tls.CA.Secret.Name, tls.Cert.Secret.Name, tls.KeySecret.Name}
+	Expect(slices.Compact(names)).To(HaveLen(1), "the PodMonitor's TLS keys come from one Secret")
+	source := &corev1.Secret{}
+	Expect(k8s.Get(ctx, client.ObjectKey{Namespace: pm.Namespace, Name: names[0]}, source)).To(Succeed())
+	Expect(k8s.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: scrapeTLSSecret, Namespace: ns},
+		Data: source.Data})).To(Succeed())
+}
+
+// podMonitorTLS is the scrape job's tls_config of a PodMonitor's TLS configuration, whose keys
+// copyScrapeSecret mounted.
+func podMonitorTLS(tls *monitoringv1.SafeTLSConfig) map[string]any {
+	rest := *tls
+	rest.CA, rest.Cert, rest.KeySecret, rest.ServerName = monitoringv1.SecretOrConfigMap{}, monitoringv1.SecretOrConfigMap{}, nil, nil
+	Expect(rest).To(BeZero(), "a TLS field the e2e does not translate")
+	return map[string]any{
+		"ca_file":     filepath.Join(scrapeTLSDir, tls.CA.Secret.Key),
+		"cert_file":   filepath.Join(scrapeTLSDir, tls.Cert.Secret.Key),
+		"key_file":    filepath.Join(scrapeTLSDir, tls.KeySecret.Key),
+		"server_name": ptr.Deref(tls.ServerName, ""),
 	}
 }
 
@@ -176,7 +213,7 @@ func podMonitorJob(pm *monitoringv1.PodMonitor) map[string]any {
 	Expect(pm.Spec.PodMetricsEndpoints).To(HaveLen(1))
 	endpoint := pm.Spec.PodMetricsEndpoints[0]
 	rest, spec := endpoint, pm.Spec
-	rest.Port, rest.Interval, rest.RelabelConfigs = nil, "", nil
+	rest.Port, rest.Interval, rest.RelabelConfigs, rest.Scheme, rest.TLSConfig = nil, "", nil, nil, nil
 	spec.PodMetricsEndpoints, spec.Selector.MatchLabels = nil, nil
 	Expect(rest).To(BeZero(), "a PodMonitor endpoint field the e2e does not translate")
 	Expect(spec).To(BeZero(), "a PodMonitor field the e2e does not translate")
@@ -192,6 +229,8 @@ func podMonitorJob(pm *monitoringv1.PodMonitor) map[string]any {
 		"job_name":              "podMonitor/" + pm.Namespace + "/" + pm.Name + "/0",
 		"kubernetes_sd_configs": []any{map[string]any{"role": "pod", "namespaces": map[string]any{"names": []string{pm.Namespace}}}},
 		"relabel_configs":       relabel,
+		"scheme":                endpoint.Scheme.String(),
+		"tls_config":            podMonitorTLS(endpoint.TLSConfig),
 	}
 	if endpoint.Interval != "" {
 		job["scrape_interval"] = string(endpoint.Interval)

@@ -90,6 +90,7 @@ var _ = Describe("A third-party PostgreSQL image", func() {
 		cluster.Spec.Storage.ReclaimPolicy = pgv1.PVCReclaimDelete
 		cluster.Spec.PostgresVersion = 15
 		cluster.Spec.Image = image
+		cluster.Spec.EnableSuperuserAccess = nil // a new cluster's default: off
 		copyS3Secrets(ctx, cluster.Namespace)
 		cluster.Spec.Backup = backupSpec()
 		Expect(k8s.Create(ctx, cluster)).To(Succeed())
@@ -105,6 +106,12 @@ var _ = Describe("A third-party PostgreSQL image", func() {
 		for _, pod := range clusterPods(ctx, cluster) {
 			Expect(pod.Spec.Containers[0].Image).To(Equal(image))
 		}
+
+		By("refusing the superuser's password from another pod, as a new cluster does by default")
+		logs, ok := psql(ctx, cluster, "superuser-from-network", cluster.Name+"-rw", cluster.Name+"-superuser", "postgres", "SELECT 1")
+		Expect(ok).To(BeFalse(), "the superuser logged in over the network:\n%s", logs)
+		Expect(logs).To(ContainSubstring("pg_hba.conf rejects connection"))
+		Expect(logs).To(ContainSubstring(`user "postgres"`))
 	})
 })
 

@@ -185,12 +185,26 @@ func TestCSVIsComplete(t *testing.T) {
 		strategy := csv.Spec.InstallStrategy.StrategySpec
 		sa := deployments[0].Spec.Template.Spec.ServiceAccountName
 		clusterRules := rulesOf(t, strategy.ClusterPermissions, sa)
-		wantCluster := append(rbacRules(t, "role.yaml"), rbacRules(t, "metrics_auth_role.yaml")...)
+		wantCluster := append(rbacRules(t, "manifests/rbac/cluster_role.yaml"), rbacRules(t, "rbac/metrics_auth_role.yaml")...)
 		if !equality.Semantic.DeepEqual(clusterRules, wantCluster) {
-			t.Errorf("clusterPermissions of %s:\n%v\nwant config/rbac/role.yaml + metrics_auth_role.yaml:\n%v", sa, clusterRules, wantCluster)
+			t.Errorf("clusterPermissions of %s:\n%v\nwant config/manifests/rbac/cluster_role.yaml + metrics_auth_role.yaml:\n%v", sa, clusterRules, wantCluster)
 		}
-		if rules, want := rulesOf(t, strategy.Permissions, sa), rbacRules(t, "leader_election_role.yaml"); !equality.Semantic.DeepEqual(rules, want) {
-			t.Errorf("permissions of %s:\n%v\nwant config/rbac/leader_election_role.yaml:\n%v", sa, rules, want)
+		namespacedManager := rbacRules(t, "manifests/rbac/role.yaml")
+		if rules, want := rulesOf(t, strategy.Permissions, sa), append(rbacRules(t, "rbac/leader_election_role.yaml"), namespacedManager...); !equality.Semantic.DeepEqual(rules, want) {
+			t.Errorf("permissions of %s:\n%v\nwant config/rbac/leader_election_role.yaml + config/manifests/rbac/role.yaml:\n%v", sa, rules, want)
+		}
+		// The split loses and adds nothing of the manager's rules.
+		split := append(slices.Clone(namespacedManager), rbacRules(t, "manifests/rbac/cluster_role.yaml")...)
+		if got, want := ruleStrings(split), ruleStrings(rbacRules(t, "rbac/role.yaml")); !slices.Equal(got, want) {
+			t.Errorf("the bundle's manager rules %v, want config/rbac/role.yaml's %v", got, want)
+		}
+		// A single-namespace install must not read Secrets, or touch pods, anywhere else.
+		for _, r := range clusterRules {
+			for _, resource := range r.Resources {
+				if !slices.Contains([]string{"validatingadmissionpolicies", "validatingadmissionpolicybindings", "tokenreviews", "subjectaccessreviews"}, resource) {
+					t.Errorf("clusterPermissions grant %s cluster-wide; namespaced rules belong in permissions", resource)
+				}
+			}
 		}
 		for _, r := range append(clusterRules, rulesOf(t, strategy.Permissions, sa)...) {
 			if slices.Contains(r.Verbs, "*") || slices.Contains(r.Resources, "*") || slices.Contains(r.APIGroups, "*") {
@@ -288,9 +302,20 @@ func rulesOf(t *testing.T, perms []operatorsv1alpha1.StrategyDeploymentPermissio
 }
 
 // rbacRules reads the rules of a (Cluster)Role in config/rbac.
+// ruleStrings are rules as sorted strings, to compare sets of rules in any order.
+func ruleStrings(rules []rbacv1.PolicyRule) []string {
+	out := make([]string, 0, len(rules))
+	for _, r := range rules {
+		out = append(out, r.String())
+	}
+	slices.Sort(out)
+	return out
+}
+
+// rbacRules reads the rules of a Role or ClusterRole file under config/.
 func rbacRules(t *testing.T, file string) []rbacv1.PolicyRule {
 	t.Helper()
-	data, err := os.ReadFile(repoPath("config", "rbac", file))
+	data, err := os.ReadFile(repoPath("config", file))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -296,7 +296,7 @@ func StartAgent(t TB, cfg agentapi.Config, inst *postgres.Instance, leases agent
 	if cfg.TLSDir != "" {
 		scheme = "https://"
 	}
-	r := &RunningAgent{URL: scheme + options.ListenAddress, MetricsURL: "http://" + options.MetricsListenAddress + "/metrics", Instance: inst, Config: cfg, done: make(chan error, 1), stop: cancel}
+	r := &RunningAgent{URL: scheme + options.ListenAddress, MetricsURL: scheme + options.MetricsListenAddress + "/metrics", Instance: inst, Config: cfg, done: make(chan error, 1), stop: cancel}
 	go func() { r.done <- a.Run(ctx) }()
 	t.Cleanup(func() { _ = r.Stop() })
 	return r

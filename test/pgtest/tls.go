@@ -20,11 +20,12 @@ import (
 const TLSHost = "localhost"
 
 // Certificates are a test cluster's: a CA, the instances' files (agentapi.TLSFiles) and the
-// operator's client certificate.
+// operator's and the metrics scraper's client certificates.
 type Certificates struct {
 	CA       certs.Pair
 	Files    map[string][]byte
 	Operator certs.Pair
+	Metrics  certs.Pair
 }
 
 // IssueCertificates makes a CA and issues what a cluster needs from it, as the operator does.
@@ -47,7 +48,7 @@ func IssueCertificates(t TB) Certificates {
 	}
 	replication := issue(agentapi.DefaultReplicationUser)
 	c.Files[agentapi.ReplicationCertFile], c.Files[agentapi.ReplicationKeyFile] = replication.CertPEM, replication.KeyPEM
-	c.Operator = issue(agentapi.OperatorCommonName)
+	c.Operator, c.Metrics = issue(agentapi.OperatorCommonName), issue(agentapi.MetricsCommonName)
 	return c
 }
 
@@ -64,9 +65,15 @@ func (c *Certificates) ReissueServer(t TB) {
 }
 
 // OperatorTLS is the operator's client configuration for the test agents.
-func (c Certificates) OperatorTLS(t TB) *tls.Config {
+func (c Certificates) OperatorTLS(t TB) *tls.Config { return c.ClientTLS(t, c.Operator) }
+
+// MetricsTLS is a scraper's client configuration for the test agents' metrics.
+func (c Certificates) MetricsTLS(t TB) *tls.Config { return c.ClientTLS(t, c.Metrics) }
+
+// ClientTLS presents client to the test agents and verifies them with the CA.
+func (c Certificates) ClientTLS(t TB, client certs.Pair) *tls.Config {
 	t.Helper()
-	config, err := agentapi.OperatorTLS(c.CA.CertPEM, c.Operator.CertPEM, c.Operator.KeyPEM, TLSHost)
+	config, err := agentapi.ClientTLS(c.CA.CertPEM, client.CertPEM, client.KeyPEM, TLSHost)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -199,6 +199,9 @@ func (r *BackupReconciler) primaryEndpoint(ctx context.Context, cluster *pgv1.Po
 }
 
 func (r *BackupReconciler) endpoint(ctx context.Context, cluster *pgv1.PostgresCluster, pod *corev1.Pod) (*agentapi.Endpoint, error) {
+	if !pgbuilder.IsInstancePod(cluster, pod) {
+		return nil, nil
+	}
 	secret := &corev1.Secret{}
 	if err := r.Get(ctx, client.ObjectKey{Namespace: cluster.Namespace, Name: pgbuilder.AgentSecretName(cluster)}, secret); err != nil {
 		return nil, client.IgnoreNotFound(err)

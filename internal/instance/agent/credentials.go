@@ -11,8 +11,8 @@ import (
 
 // The Secrets are the truth for every role's password. The kubelet rewrites the projected
 // files when a Secret changes; the agent reads them on every tick and brings PostgreSQL in
-// line without a restart: ALTER ROLE on the primary, the WAL receiver's connection string on
-// a standby. It connects over the local socket, so a changed superuser password never locks
+// line without a restart: ALTER ROLE on the primary, the WAL receiver's password file on a
+// standby. It connects over the local socket, so a changed superuser password never locks
 // it out.
 
 // readCredentials reads the credential files and remembers them as the latest; the token the
@@ -45,7 +45,7 @@ func (a *Agent) syncCredentials(ctx context.Context) {
 		a.Log.Error(err, "credentials unreadable; keeping the passwords PostgreSQL has")
 		return
 	}
-	conninfo := a.primaryConnInfo(c)
+	conninfo := a.primaryConnInfo()
 	if a.applied != nil && *a.applied == c && a.appliedConnInfo == conninfo {
 		return
 	}
@@ -71,7 +71,11 @@ func (a *Agent) applyCredentials(ctx context.Context, c agentapi.Credentials) er
 	if a.detachment() != nil {
 		return nil // held off streaming: Attach sets the connection of then
 	}
-	_, err = postgres.EnsurePrimaryConnInfo(ctx, conn, a.primaryConnInfo(c), c.ReplicationPassword)
+	conninfo, err := a.streamingConnInfo(c)
+	if err != nil {
+		return err
+	}
+	_, err = postgres.EnsurePrimaryConnInfo(ctx, conn, conninfo)
 	return err
 }
 
@@ -84,9 +88,21 @@ func (a *Agent) roles(c agentapi.Credentials) postgres.Roles {
 	}
 }
 
-// primaryConnInfo is how a standby reaches the primary, for the clone and for streaming.
-func (a *Agent) primaryConnInfo(c agentapi.Credentials) string {
-	return a.connInfoToPrimary(a.Config.ReplicationUser, c.ReplicationPassword, "application_name", a.Config.PodName)
+// primaryConnInfo is how a standby's WAL receiver reaches the primary: with the replication
+// password from the passfile (writePassfile), never in the string itself, which ALTER SYSTEM
+// sends as SQL text and postgresql.auto.conf keeps.
+func (a *Agent) primaryConnInfo() string {
+	return a.connInfoToPrimary(a.Config.ReplicationUser, "", "passfile", a.Instance.ReplicationPassfile(),
+		"application_name", a.Config.PodName)
+}
+
+// streamingConnInfo writes c's replication password into the passfile and returns the
+// connection string that reads it.
+func (a *Agent) streamingConnInfo(c agentapi.Credentials) (string, error) {
+	if err := a.Instance.WriteReplicationPassfile(a.Config.ReplicationUser, c.ReplicationPassword); err != nil {
+		return "", err
+	}
+	return a.primaryConnInfo(), nil
 }
 
 // cloneSource reaches the primary as the replication user without its password, which
@@ -96,10 +112,12 @@ func (a *Agent) cloneSource(c agentapi.Credentials) (conninfo, password string) 
 	return a.connInfoToPrimary(a.Config.ReplicationUser, "", "application_name", a.Config.PodName), c.ReplicationPassword
 }
 
-// rewindSource reaches the primary's postgres database as the superuser (pg_rewind's source),
-// without the password, which pg_rewind gets in its environment.
+// rewindSource reaches the primary's postgres database as the replication user, which may read
+// the files pg_rewind needs (postgres.EnsureRoles grants it those functions, nothing more), so
+// that the superuser need not log in over the network; the password goes in pg_rewind's
+// environment.
 func (a *Agent) rewindSource() (conninfo, password string) {
-	return a.connInfoToPrimary(agentapi.Superuser, "", "dbname", "postgres"), a.credentials().SuperuserPassword
+	return a.connInfoToPrimary(a.Config.ReplicationUser, "", "dbname", "postgres"), a.credentials().ReplicationPassword
 }
 
 // connInfoToPrimary reaches the primary through the -rw Service as user, with more keywords;
@@ -111,4 +129,14 @@ func (a *Agent) connInfoToPrimary(user, password string, more ...string) string 
 	}
 	pairs = append(pairs, "connect_timeout", "5")
 	return postgres.ConnInfo(slices.Concat(pairs, a.connInfoTLS(), more)...)
+}
+
+// configureStandby makes the stopped server a standby of the primary, streaming with the
+// credentials of now.
+func (a *Agent) configureStandby() error {
+	conninfo, err := a.streamingConnInfo(a.credentials())
+	if err != nil {
+		return err
+	}
+	return a.Instance.ConfigureStandby(conninfo, agentapi.SlotName(a.Config.PodName))
 }

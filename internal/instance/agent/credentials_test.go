@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -39,7 +41,7 @@ func TestCredentialsRotateWithoutRestart(t *testing.T) {
 	primaryInst, standbyInst, primaryCfg, standbyCfg := primary.Instance, standby.Instance, primary.Config, standby.Config
 
 	rotated := agentapi.Credentials{
-		SuperuserPassword: "new super", ReplicationPassword: `it's a \ new one`,
+		SuperuserPassword: "new super", ReplicationPassword: `it's a \ new: one`,
 		AppUser: "app", AppPassword: "new-app", AgentToken: "new-token",
 	}
 	for _, cfg := range []agentapi.Config{primaryCfg, standbyCfg} {
@@ -76,16 +78,30 @@ func TestCredentialsRotateWithoutRestart(t *testing.T) {
 	// current one and watch it stream again.
 	admin := pgtest.Connect(t, primaryInst, agentapi.Superuser, rotated.SuperuserPassword, "postgres")
 	standbyAdmin := pgtest.Connect(t, standbyInst, agentapi.Superuser, rotated.SuperuserPassword, "postgres")
-	pgtest.Eventually(t, "the standby's primary_conninfo has the new password", func() error {
-		var conninfo string
-		if err := standbyAdmin.QueryRow(ctx, "SHOW primary_conninfo").Scan(&conninfo); err != nil {
-			return err
+	pgtest.Eventually(t, "the standby's password file has the new password", func() error {
+		data, err := os.ReadFile(standbyInst.ReplicationPassfile())
+		if want := `:it's a \\ new\: one` + "\n"; err == nil && !strings.HasSuffix(string(data), want) {
+			err = fmt.Errorf("passfile %q does not end with %q", data, want)
 		}
-		if want := `password='it\'s a \\ new one'`; !strings.Contains(conninfo, want) {
-			return fmt.Errorf("primary_conninfo %q lacks %s", conninfo, want)
-		}
-		return nil
+		return err
 	})
+	// No password in the connection string ALTER SYSTEM wrote, nor in the file it keeps.
+	var conninfo string
+	if err := standbyAdmin.QueryRow(ctx, "SHOW primary_conninfo").Scan(&conninfo); err != nil {
+		t.Fatal(err)
+	}
+	auto, err := os.ReadFile(filepath.Join(standbyInst.DataDir, "postgresql.auto.conf"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, text := range []string{conninfo, string(auto)} {
+		if strings.Contains(text, "password") || strings.Contains(text, "new: one") {
+			t.Errorf("a replication password in %q", text)
+		}
+	}
+	if info, err := os.Stat(standbyInst.ReplicationPassfile()); err != nil || info.Mode().Perm() != 0o600 {
+		t.Errorf("passfile mode %v (%v), want 0600", info.Mode(), err)
+	}
 	if _, err := admin.Exec(ctx, "SELECT pg_terminate_backend(pid) FROM pg_stat_replication"); err != nil {
 		t.Fatal(err)
 	}

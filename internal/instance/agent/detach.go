@@ -74,7 +74,7 @@ func (a *Agent) stopReceiver(ctx context.Context) (time.Time, error) {
 		return time.Time{}, err
 	}
 	defer func() { _ = conn.Close(context.Background()) }()
-	if _, err := postgres.EnsurePrimaryConnInfo(ctx, conn, "", ""); err != nil {
+	if _, err := postgres.EnsurePrimaryConnInfo(ctx, conn, ""); err != nil {
 		return time.Time{}, err
 	}
 	for {
@@ -117,8 +117,11 @@ func (a *Agent) attachLocked(ctx context.Context) error {
 			return err
 		}
 		defer func() { _ = conn.Close(context.Background()) }()
-		c := a.credentials()
-		if _, err := postgres.EnsurePrimaryConnInfo(ctx, conn, a.primaryConnInfo(c), c.ReplicationPassword); err != nil {
+		conninfo, err := a.streamingConnInfo(a.credentials())
+		if err != nil {
+			return err
+		}
+		if _, err := postgres.EnsurePrimaryConnInfo(ctx, conn, conninfo); err != nil {
 			return err
 		}
 	}

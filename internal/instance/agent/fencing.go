@@ -228,7 +228,7 @@ func (a *Agent) startAsLeaseSays(ctx context.Context, l Lease) error {
 		// With the connection of now: a connection string kept from before a rotation (or
 		// from an older release) would be corrected a tick later, restarting the WAL receiver,
 		// and one restarting while the primary is fenced misses the end of its WAL.
-		if err := a.Instance.ConfigureStandby(a.primaryConnInfo(a.credentials()), agentapi.SlotName(a.Config.PodName)); err != nil {
+		if err := a.configureStandby(); err != nil {
 			return err
 		}
 		return a.Instance.Start()
@@ -327,7 +327,7 @@ func (a *Agent) rejoin(ctx context.Context) error {
 		} else {
 			rejoined.DivergedAt = rewound.DivergedAt
 		}
-		if err := a.Instance.ConfigureStandby(a.primaryConnInfo(a.credentials()), agentapi.SlotName(a.Config.PodName)); err != nil {
+		if err := a.configureStandby(); err != nil {
 			return err
 		}
 		// Now a standby: a restart from here on would not rejoin again, so the record must last.

@@ -77,8 +77,10 @@ func (k *KubeLeases) Renew(ctx context.Context, l Lease, holder string) (Lease, 
 	obj.Spec.HolderIdentity = &holder
 	obj.Spec.RenewTime = &now
 	updated, err := k.Client.Leases(k.Namespace).Update(ctx, obj, metav1.UpdateOptions{})
-	if apierrors.IsConflict(err) {
-		return Lease{}, ErrLeaseConflict
+	// A renewal the admission policy on the Lease refuses (pgpilot-primary-lease: the Lease is no
+	// longer this pod's) means what a conflict means: read it again, and learn whose it is.
+	if apierrors.IsConflict(err) || apierrors.IsForbidden(err) {
+		return Lease{}, fmt.Errorf("%w (%v)", ErrLeaseConflict, err)
 	}
 	if err != nil {
 		return Lease{}, fmt.Errorf("renew lease %s: %w", k.Name, err)

@@ -3,12 +3,15 @@ package agent
 import (
 	"cmp"
 	"context"
+	"crypto/tls"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"syscall"
 	"time"
 
+	"github.com/go-logr/logr"
 	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -21,7 +24,9 @@ import (
 
 // serveMetrics serves /metrics for Prometheus: PostgreSQL's statistics read as the monitoring
 // role, the data volume's space, and the agent process's own. It returns the listener's
-// address and a function that stops it all.
+// address and a function that stops it all. Once the cluster has certificates it serves TLS
+// to the holders of the metrics client certificate only: custom queries can export any text
+// the monitoring role reads.
 func (a *Agent) serveMetrics() (string, func(), error) {
 	e := exporter.New(func(ctx context.Context, database string) (*pgx.Conn, error) {
 		return postgres.ConnectLocal(ctx, a.Instance.SocketDir, a.Instance.Port, agentapi.MonitorUser, cmp.Or(database, "postgres"))
@@ -31,15 +36,20 @@ func (a *Agent) serveMetrics() (string, func(), error) {
 	registry := prometheus.NewRegistry()
 	registry.MustRegister(queries, volumeCollector{dir: a.Config.DataDir}, backupCollector{a}, certificateCollector{a},
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(registry, promhttp.HandlerOpts{
-		ErrorHandling: promhttp.ContinueOnError, MaxRequestsInFlight: 2, Timeout: 10 * time.Second}))
+	var handler http.Handler = promhttp.HandlerFor(registry, promhttp.HandlerOpts{
+		ErrorHandling: promhttp.ContinueOnError, MaxRequestsInFlight: 2, Timeout: 10 * time.Second})
 	address := cmp.Or(a.Options.MetricsListenAddress, a.Config.MetricsListenAddress())
 	listener, err := net.Listen("tcp", address)
 	if err != nil {
 		return "", nil, fmt.Errorf("listen %s: %w", address, err)
 	}
-	server := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	if a.Config.TLSDir != "" {
+		handler, listener = metricsReaderOnly(handler), tls.NewListener(listener, a.metricsTLS())
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", handler)
+	server := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second,
+		ErrorLog: slog.NewLogLogger(logr.ToSlogHandler(a.Log.WithName("metrics")), slog.LevelWarn)}
 	go func() { _ = server.Serve(listener) }()
 	return listener.Addr().String(), func() { _ = server.Close(); e.Close() }, nil
 }

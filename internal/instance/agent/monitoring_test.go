@@ -50,7 +50,8 @@ func TestDashboardAndAlertsNameExportedMetrics(t *testing.T) {
 	cfg.CustomQueriesDir = t.TempDir() // a pod always has one, spec.monitoring.customQueries or not
 	// With certificates (its metrics report them), streaming from a primary without: a cluster
 	// in the middle of an upgrade from 0.2.0.
-	pgtest.InstallCertificates(t, standbyInst, &cfg, pgtest.IssueCertificates(t).Files)
+	certificates := pgtest.IssueCertificates(t)
+	pgtest.InstallCertificates(t, standbyInst, &cfg, certificates.Files)
 	standby := pgtest.StartAgent(t, cfg, standbyInst, pgtest.NewMemoryLeases("dash-0"))
 	super := pgtest.Connect(t, primary.Instance, "postgres", "super", "postgres")
 	if _, err := super.Exec(t.Context(), "SELECT pg_create_physical_replication_slot('dashboard_check')"); err != nil {
@@ -64,10 +65,12 @@ func TestDashboardAndAlertsNameExportedMetrics(t *testing.T) {
 
 	pgtest.Eventually(t, "every metric the dashboard and the instance alerts name, in a live scrape", func() error {
 		exported := map[string]bool{}
-		for _, r := range []*pgtest.RunningAgent{primary, standby} {
-			if err := addScraped(exported, r.MetricsURL); err != nil {
-				return err
-			}
+		if err := addScraped(exported, func() (int, string, error) { return get(primary.MetricsURL, "") }); err != nil {
+			return err
+		}
+		// The standby has certificates: its metrics answer the metrics client certificate only.
+		if err := addScraped(exported, func() (int, string, error) { return scrape(standby, certificates.MetricsTLS(t)) }); err != nil {
+			return err
 		}
 		var missing []string
 		for _, name := range named {
@@ -84,15 +87,15 @@ func TestDashboardAndAlertsNameExportedMetrics(t *testing.T) {
 
 // addScraped adds the names of the series url serves, with a histogram's and a summary's
 // _bucket, _sum and _count.
-func addScraped(names map[string]bool, url string) error {
-	code, body, err := get(url, "")
+func addScraped(names map[string]bool, read func() (int, string, error)) error {
+	code, body, err := read()
 	if err != nil || code != http.StatusOK {
-		return fmt.Errorf("%s: %d (%v)", url, code, err)
+		return fmt.Errorf("scrape: %d (%v)", code, err)
 	}
 	text := expfmt.NewTextParser(model.UTF8Validation)
 	families, err := text.TextToMetricFamilies(strings.NewReader(body))
 	if err != nil {
-		return fmt.Errorf("%s: %w", url, err)
+		return fmt.Errorf("scrape: %w", err)
 	}
 	for name, f := range families {
 		if len(f.GetMetric()) == 0 {

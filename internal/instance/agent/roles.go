@@ -71,7 +71,7 @@ func (a *Agent) Demote(ctx context.Context) (*agentapi.DemoteResponse, error) {
 	if err != nil {
 		return nil, errors.Join(stopErr, err)
 	}
-	if err := a.Instance.ConfigureStandby(a.primaryConnInfo(a.credentials()), agentapi.SlotName(a.Config.PodName)); err != nil {
+	if err := a.configureStandby(); err != nil {
 		return nil, err
 	}
 	if err := a.Instance.Start(); err != nil {

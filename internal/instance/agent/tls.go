@@ -117,7 +117,13 @@ func (a *Agent) syncTLS() (bool, error) {
 // serverTLS is the API's TLS configuration, with the certificates as last loaded. A client
 // certificate is asked for, not required: the kubelet's probes present none, and the API paths
 // check for the operator's (operatorOnly).
-func (a *Agent) serverTLS() *tls.Config {
+func (a *Agent) serverTLS() *tls.Config { return a.tlsWithClients(tls.VerifyClientCertIfGiven) }
+
+// metricsTLS is the metrics endpoint's: nobody scrapes without a certificate of the cluster's
+// CA, and the handler asks for the metrics identity (metricsReaderOnly).
+func (a *Agent) metricsTLS() *tls.Config { return a.tlsWithClients(tls.RequireAndVerifyClientCert) }
+
+func (a *Agent) tlsWithClients(auth tls.ClientAuthType) *tls.Config {
 	return &tls.Config{
 		MinVersion: agentapi.MinTLSVersion,
 		GetConfigForClient: func(*tls.ClientHelloInfo) (*tls.Config, error) {
@@ -125,7 +131,7 @@ func (a *Agent) serverTLS() *tls.Config {
 				MinVersion:   agentapi.MinTLSVersion,
 				Certificates: []tls.Certificate{*a.tls.cert.Load()},
 				ClientCAs:    a.tls.clientCAs.Load(),
-				ClientAuth:   tls.VerifyClientCertIfGiven,
+				ClientAuth:   auth,
 			}, nil
 		},
 	}
@@ -135,7 +141,7 @@ func (a *Agent) serverTLS() *tls.Config {
 // certificate, verified against the cluster's CA; the probes stay open to the kubelet.
 func operatorOnly(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if strings.HasPrefix(r.URL.Path, "/v1/") && !fromOperator(r) {
+		if strings.HasPrefix(r.URL.Path, "/v1/") && !presents(r, agentapi.OperatorCommonName) {
 			http.Error(w, "the operator's client certificate is required", http.StatusUnauthorized)
 			return
 		}
@@ -143,12 +149,25 @@ func operatorOnly(next http.Handler) http.Handler {
 	})
 }
 
-func fromOperator(r *http.Request) bool {
+// metricsReaderOnly serves the metrics only to the metrics identity: another certificate of
+// the cluster's CA (the operator's, the replication user's) is not a scraper's.
+func metricsReaderOnly(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !presents(r, agentapi.MetricsCommonName) {
+			http.Error(w, "the cluster's metrics client certificate is required", http.StatusForbidden)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// presents: the request came with a verified client certificate for commonName.
+func presents(r *http.Request, commonName string) bool {
 	if r.TLS == nil || len(r.TLS.VerifiedChains) == 0 || len(r.TLS.VerifiedChains[0]) == 0 {
 		return false
 	}
 	leaf := r.TLS.VerifiedChains[0][0]
-	return leaf.Subject.CommonName == agentapi.OperatorCommonName && slices.Contains(leaf.ExtKeyUsage, x509.ExtKeyUsageClientAuth)
+	return leaf.Subject.CommonName == commonName && slices.Contains(leaf.ExtKeyUsage, x509.ExtKeyUsageClientAuth)
 }
 
 // connInfoTLS are the TLS keywords of a connection to the primary. Once the cluster requires

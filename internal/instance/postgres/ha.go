@@ -206,6 +206,30 @@ func (i *Instance) writeOwned(path, content string, mode os.FileMode) error {
 	return i.chown(path)
 }
 
+// ReplicationPassfile is the libpq password file a standby's WAL receiver reads the replication
+// password from: primary_conninfo names it instead of holding the password, so no statement,
+// postgresql.auto.conf or backup carries it. It lives beside the data directory, not in it, so
+// base backups do not copy it.
+func (i *Instance) ReplicationPassfile() string {
+	return filepath.Join(filepath.Dir(i.DataDir), "pgpilot-replication.pgpass")
+}
+
+// WriteReplicationPassfile writes user's password for any host into ReplicationPassfile, readable
+// by the server's user only (libpq ignores a password file others can read), renamed into place
+// so that a WAL receiver connecting meanwhile reads the old or the new password, never half.
+func (i *Instance) WriteReplicationPassfile(user, password string) error {
+	escape := strings.NewReplacer(`\`, `\\`, `:`, `\:`)
+	path := i.ReplicationPassfile()
+	temporary := path + ".new"
+	if err := i.writeOwned(temporary, "*:*:*:"+escape.Replace(user)+":"+escape.Replace(password)+"\n", 0o600); err != nil {
+		return fmt.Errorf("write replication passfile: %w", err)
+	}
+	if err := os.Rename(temporary, path); err != nil {
+		return fmt.Errorf("write replication passfile: %w", err)
+	}
+	return nil
+}
+
 // WritePrivateFiles writes files (name → content) into dir, readable by the server's user only,
 // as PostgreSQL and libpq require of private keys. Each file is renamed into place, so that a
 // reload never reads half a certificate.

@@ -3,9 +3,12 @@ package postgres_test
 import (
 	"context"
 	"fmt"
+	"net"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
+	"k8s.io/utils/ptr"
 
 	"github.com/pgpilot/pgpilot-operator/api/agentapi"
 	"github.com/pgpilot/pgpilot-operator/internal/instance/postgres"
@@ -33,19 +36,7 @@ func TestUserHBAEntriesCannotReachPgpilotsRoles(t *testing.T) {
 		}
 	}
 	connect := func(user, password, replication string) error {
-		config, err := pgconn.ParseConfig(fmt.Sprintf("host=127.0.0.1 port=%d dbname=postgres sslmode=disable", inst.Port))
-		if err != nil {
-			return err
-		}
-		config.User, config.Password = user, password
-		if replication != "" {
-			config.RuntimeParams["replication"] = replication
-		}
-		conn, err := pgconn.ConnectConfig(ctx, config)
-		if err == nil {
-			_ = conn.Close(ctx)
-		}
-		return err
+		return tryLogin(inst, "127.0.0.1", user, password, replication)
 	}
 	for _, login := range []struct{ user, replication string }{
 		{agentapi.Superuser, ""},
@@ -83,4 +74,61 @@ func TestEnsureRolesRefusesAReservedApplicationOwner(t *testing.T) {
 	if err := pgtest.Connect(t, inst, "postgres", superuserPassword, "postgres").Close(ctx); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// The superuser logs in from the network only when spec.enableSuperuserAccess says so; in-pod
+// clients (the pod's loopback) and streaming_replica, which replication and pg_rewind use, are
+// not affected. A client bound to 127.0.0.2 is "the network" here: pgpilot's loopback rules
+// name 127.0.0.1 and ::1 only.
+func TestSuperuserNetworkAccess(t *testing.T) {
+	ctx := context.Background()
+	inst := initialised(t, "primary")
+	cluster := pgtest.Cluster(nil)
+	pgtest.WriteConfig(t, inst, cluster)
+	admin := startedAsSuperuser(t, inst)
+	if _, err := admin.Exec(ctx, fmt.Sprintf("CREATE ROLE %s LOGIN REPLICATION PASSWORD 'secret-repl'", agentapi.DefaultReplicationUser)); err != nil {
+		t.Fatal(err)
+	}
+	connect := func(from, user, password string) error {
+		return tryLogin(inst, from, user, password, "")
+	}
+	if err := connect("127.0.0.2", agentapi.Superuser, superuserPassword); err == nil {
+		t.Error("the superuser logged in from the network without spec.enableSuperuserAccess")
+	}
+	if err := connect("127.0.0.1", agentapi.Superuser, superuserPassword); err != nil {
+		t.Errorf("the superuser over the pod's loopback: %v", err)
+	}
+	if err := connect("127.0.0.2", agentapi.DefaultReplicationUser, "secret-repl"); err != nil {
+		t.Errorf("streaming_replica from the network: %v", err)
+	}
+
+	cluster.Spec.EnableSuperuserAccess = ptr.To(true)
+	pgtest.WriteConfig(t, inst, cluster)
+	if err := inst.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	pgtest.Eventually(t, "the superuser logs in from the network once allowed", func() error {
+		return connect("127.0.0.2", agentapi.Superuser, superuserPassword)
+	})
+}
+
+// tryLogin connects to inst's loopback port from the local address from, without TLS, as user
+// (a replication connection when replication is set), and disconnects.
+func tryLogin(inst *postgres.Instance, from, user, password, replication string) error {
+	ctx := context.Background()
+	config, err := pgconn.ParseConfig(fmt.Sprintf("host=127.0.0.1 port=%d dbname=postgres sslmode=disable", inst.Port))
+	if err != nil {
+		return err
+	}
+	config.User, config.Password = user, password
+	if replication != "" {
+		config.RuntimeParams["replication"] = replication
+	}
+	dialer := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(from)}, Timeout: 5 * time.Second}
+	config.DialFunc = dialer.DialContext
+	conn, err := pgconn.ConnectConfig(ctx, config)
+	if err == nil {
+		_ = conn.Close(ctx)
+	}
+	return err
 }

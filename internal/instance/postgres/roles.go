@@ -59,6 +59,11 @@ func EnsureRoles(ctx context.Context, conn *pgx.Conn, r Roles) error {
 	if err := ensureMonitorRole(ctx, conn, r.MonitorUser); err != nil {
 		return err
 	}
+	replication := pgx.Identifier{r.ReplicationUser}.Sanitize()
+	if _, err := conn.Exec(ctx, fmt.Sprintf("GRANT EXECUTE ON FUNCTION %s TO %s; GRANT pg_checkpoint TO %s",
+		strings.Join(rewindFunctions, ", "), replication, replication)); err != nil {
+		return fmt.Errorf("grant pg_rewind's functions to %s: %w", r.ReplicationUser, err)
+	}
 	var exists bool
 	if err := conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)`, r.AppDatabase).Scan(&exists); err != nil {
 		return fmt.Errorf("look up database %s: %w", r.AppDatabase, err)
@@ -70,6 +75,17 @@ func EnsureRoles(ctx context.Context, conn *pgx.Conn, r Roles) error {
 		}
 	}
 	return nil
+}
+
+// rewindFunctions are what pg_rewind calls on its source server, granted to the replication
+// user so that a rewind needs no superuser (PostgreSQL's documentation of pg_rewind lists them),
+// with pg_checkpoint for the checkpoint the agent asks of the source first. Without
+// pg_read_server_files, these read only inside the data and log directories.
+var rewindFunctions = []string{
+	"pg_catalog.pg_ls_dir(text, boolean, boolean)",
+	"pg_catalog.pg_stat_file(text, boolean)",
+	"pg_catalog.pg_read_binary_file(text)",
+	"pg_catalog.pg_read_binary_file(text, bigint, bigint, boolean)",
 }
 
 // execUnlogged runs a statement that carries a secret where the server logs no statement: not
@@ -144,31 +160,31 @@ func Connect(ctx context.Context, port int, user, password, database string) (*p
 	return pgx.ConnectConfig(ctx, cfg)
 }
 
-// EnsurePrimaryConnInfo points a standby's WAL receiver at the primary with password, when
-// the password or the TLS settings it uses differ: a replication password that changed would
-// otherwise fail the standby's next connection, and a primary that came to require TLS, or a
-// client certificate, its next one. ALTER SYSTEM works on a standby, and a reload restarts
-// only the WAL receiver. It reports whether it changed anything.
-func EnsurePrimaryConnInfo(ctx context.Context, conn *pgx.Conn, conninfo, password string) (bool, error) {
+// EnsurePrimaryConnInfo points a standby's WAL receiver at the primary with conninfo, when it
+// differs in how it authenticates or encrypts: a primary that came to require TLS, or a client
+// certificate, would fail the next connection, and a connection string of an earlier release
+// still holds the replication password, which now lives in the passfile. ALTER SYSTEM works on
+// a standby, and a reload restarts only the WAL receiver. It reports whether it changed anything.
+func EnsurePrimaryConnInfo(ctx context.Context, conn *pgx.Conn, conninfo string) (bool, error) {
 	var current string
 	if err := conn.QueryRow(ctx, `SELECT setting FROM pg_settings WHERE name = 'primary_conninfo'`).Scan(&current); err != nil {
 		return false, fmt.Errorf("read primary_conninfo: %w", err)
 	}
-	if !connInfoDiffers(current, conninfo, password) {
+	if !connInfoDiffers(current, conninfo) {
 		return false, nil
 	}
 	return true, alterSystem(ctx, conn, "primary_conninfo", conninfo)
 }
 
 // connInfoDiffers: the standby's current primary_conninfo (pgpilot's, or pg_basebackup's, or
-// an earlier release's) authenticates or encrypts otherwise than desired with password.
-func connInfoDiffers(current, desired, password string) bool {
-	for _, keyword := range []string{"sslmode", "sslcert", "sslkey", "sslrootcert"} {
+// an earlier release's) authenticates or encrypts otherwise than desired, or holds a password.
+func connInfoDiffers(current, desired string) bool {
+	for _, keyword := range []string{"sslmode", "sslcert", "sslkey", "sslrootcert", "passfile"} {
 		if connInfoValue(current, keyword) != connInfoValue(desired, keyword) {
 			return true
 		}
 	}
-	return connInfoPassword(current) != password
+	return connInfoPassword(current) != connInfoPassword(desired)
 }
 
 // connInfoValue is a keyword's value in a connection string, quoted (ConnInfo) or not
