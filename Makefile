@@ -311,12 +311,10 @@ $(LOCALBIN):
 KUBECTL ?= $(shell hack/toolchain.sh kubernetes)/kubectl
 KUSTOMIZE ?= $(LOCALBIN)/kustomize
 CONTROLLER_GEN ?= $(LOCALBIN)/controller-gen
-GOLANGCI_LINT = $(LOCALBIN)/golangci-lint
 
 ## Tool Versions
 KUSTOMIZE_VERSION ?= v5.6.0
 CONTROLLER_TOOLS_VERSION ?= v0.23.0
-GOLANGCI_LINT_VERSION ?= v2.1.0
 
 .PHONY: kustomize
 kustomize: $(KUSTOMIZE) ## Download kustomize locally if necessary.
@@ -346,10 +344,11 @@ versitygw: ## Build VersityGW (the backup tests' S3 server) if it is not cached 
 	$(eval VERSITYGW := $(shell hack/toolchain.sh versitygw)/versitygw)
 	@test -x "$(VERSITYGW)" || { echo "versitygw missing: '$(VERSITYGW)'" >&2; exit 1; }
 
+# golangci-lint, pinned in hack/toolchain/golangci-lint and built like the control plane.
 .PHONY: golangci-lint
-golangci-lint: $(GOLANGCI_LINT) ## Download golangci-lint locally if necessary.
-$(GOLANGCI_LINT): $(LOCALBIN)
-	$(call go-install-tool,$(GOLANGCI_LINT),github.com/golangci/golangci-lint/v2/cmd/golangci-lint,$(GOLANGCI_LINT_VERSION))
+golangci-lint: ## Build golangci-lint if it is not cached yet.
+	$(eval GOLANGCI_LINT := $(shell hack/toolchain.sh golangci-lint)/golangci-lint)
+	@test -x "$(GOLANGCI_LINT)" || { echo "golangci-lint missing: '$(GOLANGCI_LINT)'" >&2; exit 1; }
 
 # go-install-tool will 'go install' any package with custom target and name of binary, if it doesn't exist
 # $1 - target path with name of binary

@@ -260,7 +260,7 @@ func main() {
 		os.Exit(1)
 	}
 	// +kubebuilder:scaffold:builder
-	if err := mgr.Add(&controller.AdmissionPolicies{Client: mgr.GetClient()}); err != nil {
+	if err := mgr.Add(&controller.AdmissionPolicies{Client: mgr.GetClient(), Reader: mgr.GetAPIReader()}); err != nil {
 		setupLog.Error(err, "unable to add the admission policies' installer")
 		os.Exit(1)
 	}

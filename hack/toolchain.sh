@@ -12,6 +12,7 @@
 #   hack/toolchain.sh envtest        a KUBEBUILDER_ASSETS folder (kube-apiserver, etcd, kubectl)
 #   hack/toolchain.sh versitygw      VersityGW, the S3 server of the backup tests
 #   hack/toolchain.sh prometheus     the Prometheus server of the e2e monitoring specs
+#   hack/toolchain.sh golangci-lint  golangci-lint (`make lint`, part of `make test`)
 set -euo pipefail
 
 KUBERNETES_VERSION=v1.37.2
@@ -23,6 +24,7 @@ OLM_VERSION=v0.38.0
 OPM_VERSION=v1.61.0
 GRPC_HEALTH_PROBE_VERSION=v0.4.62
 VERSITYGW_VERSION=v1.8.0
+GOLANGCI_LINT_VERSION=v2.15.0
 
 HACK_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 CACHE_ROOT=${PGPILOT_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/pgpilot}
@@ -106,6 +108,11 @@ build_versitygw() {
     github.com/versity/versitygw/cmd/versitygw)
 }
 
+build_golangci_lint() {
+  (cd "$HACK_DIR/toolchain/golangci-lint" && go build -ldflags "-s -w" -o "$1/golangci-lint" \
+    github.com/golangci/golangci-lint/v2/cmd/golangci-lint)
+}
+
 # Prometheus at the version of go.mod (the one whose PromQL parser checks the dashboard), built
 # with pgpilot's own go.mod, so with the versions of the modules the tests compile, and without
 # -trimpath: it shares their compiled packages. A copy of go.mod and go.sum (-modfile) takes the
@@ -138,6 +145,7 @@ case "${1:-}" in
   grpc-health-probe) build_once grpc-health-probe "$GRPC_HEALTH_PROBE_VERSION" build_grpc_health_probe ;;
   versitygw) build_once versitygw "$VERSITYGW_VERSION" build_versitygw ;;
   prometheus) build_once prometheus "$(cd "$HACK_DIR/.." && go list -m -f '{{.Version}}' github.com/prometheus/prometheus)" build_prometheus ;;
+  golangci-lint) build_once golangci-lint "$GOLANGCI_LINT_VERSION" build_golangci_lint ;;
   envtest) build_once envtest "$(kubernetes_key)-etcd-$ETCD_VERSION" build_envtest ;;
-  *) echo "usage: $0 kubernetes|kubernetes-node|etcd|operator-sdk|opm|olm|grpc-health-probe|versitygw|prometheus|envtest" >&2; exit 2 ;;
+  *) echo "usage: $0 kubernetes|kubernetes-node|etcd|operator-sdk|opm|olm|grpc-health-probe|versitygw|prometheus|golangci-lint|envtest" >&2; exit 2 ;;
 esac

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -84,10 +85,11 @@ func (r *PostgresClusterReconciler) ensureCASecret(ctx context.Context, s *scope
 	if err != nil {
 		return nil, invalidUntilFixed(reasonCertificatesInvalid, fmt.Sprintf("Secret %q: %v", existing.Name, err)), nil
 	}
-	renewed := existing.DeepCopy()
-	renewed.Data[pgbuilder.OperatorCertKey], renewed.Data[pgbuilder.OperatorKeyKey] = operator.CertPEM, operator.KeyPEM
-	renewed.Annotations = map[string]string{pgbuilder.RenewAtAnnotation: renewAt.UTC().Format(time.RFC3339)}
-	return renewed, nil, r.renewSecret(ctx, s, renewed, "the operator's client certificate")
+	desired := &corev1.Secret{Data: maps.Clone(existing.Data),
+		ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{pgbuilder.RenewAtAnnotation: renewAt.UTC().Format(time.RFC3339)}}}
+	desired.Data[pgbuilder.OperatorCertKey], desired.Data[pgbuilder.OperatorKeyKey] = operator.CertPEM, operator.KeyPEM
+	written, err := r.writeCertificateSecret(ctx, s, existing, desired, "the operator's client certificate")
+	return written, nil, err
 }
 
 func (r *PostgresClusterReconciler) createCASecret(ctx context.Context, s *scope, now time.Time) (*corev1.Secret, error) {
@@ -122,14 +124,9 @@ func (r *PostgresClusterReconciler) ensureMetricsSecret(ctx context.Context, s *
 	if err != nil {
 		return nil, invalidUntilFixed(reasonCertificatesInvalid, fmt.Sprintf("issue the metrics client certificate: %v", err)), nil
 	}
-	desired := pgbuilder.BuildMetricsSecret(c, caCert, client, renewAt)
-	if existing == nil {
-		created, err := r.createSecret(ctx, s, desired)
-		return created, nil, err
-	}
-	renewed := existing.DeepCopy()
-	renewed.Data, renewed.Annotations = desired.Data, desired.Annotations
-	return renewed, nil, r.renewSecret(ctx, s, renewed, "the metrics client certificate")
+	written, err := r.writeCertificateSecret(ctx, s, existing, pgbuilder.BuildMetricsSecret(c, caCert, client, renewAt),
+		"the metrics client certificate")
+	return written, nil, err
 }
 
 // ensureTLSSecret keeps what the instances need: the agent API's certificate and the
@@ -167,18 +164,14 @@ func (r *PostgresClusterReconciler) ensureTLSSecret(ctx context.Context, s *scop
 		issued.PostgresCert, issued.PostgresKey = user.server.CertPEM, user.server.KeyPEM
 	}
 	issued.ServerCA, issued.ClientCA = want.serverCA, want.clientCA.CertPEM
-	desired := pgbuilder.BuildTLSSecret(c, issued)
-	if existing == nil {
-		created, err := r.createSecret(ctx, s, desired)
-		return created, nil, err
-	}
-	renewed := existing.DeepCopy()
-	renewed.Data, renewed.Annotations = desired.Data, desired.Annotations
-	if err := r.renewSecret(ctx, s, renewed, "the instances' certificates"); err != nil {
+	written, err := r.writeCertificateSecret(ctx, s, existing, pgbuilder.BuildTLSSecret(c, issued), "the instances' certificates")
+	if err != nil {
 		return nil, nil, err
 	}
-	s.certificatesRenewed = renewed.ResourceVersion
-	return renewed, nil, nil
+	if existing != nil {
+		s.certificatesRenewed = written.ResourceVersion
+	}
+	return written, nil, nil
 }
 
 // issueInstanceCertificates issues the agents' server certificate for every name the instances
@@ -264,15 +257,22 @@ func (r *PostgresClusterReconciler) createSecret(ctx context.Context, s *scope, 
 	return secret, nil
 }
 
-// renewSecret replaces a certificate Secret's content, against the version read.
-func (r *PostgresClusterReconciler) renewSecret(ctx context.Context, s *scope, secret *corev1.Secret, what string) error {
-	if err := r.Update(ctx, secret, client.FieldOwner(pgbuilder.FieldOwner)); err != nil {
-		return fmt.Errorf("renew secret %s: %w", secret.Name, err)
+// writeCertificateSecret creates desired when there is no existing Secret, and otherwise
+// renews existing with desired's data and annotations, against the version read; what names
+// the certificates for the renewal's Event.
+func (r *PostgresClusterReconciler) writeCertificateSecret(ctx context.Context, s *scope, existing, desired *corev1.Secret, what string) (*corev1.Secret, error) {
+	if existing == nil {
+		return r.createSecret(ctx, s, desired)
+	}
+	renewed := existing.DeepCopy()
+	renewed.Data, renewed.Annotations = desired.Data, desired.Annotations
+	if err := r.Update(ctx, renewed, client.FieldOwner(pgbuilder.FieldOwner)); err != nil {
+		return nil, fmt.Errorf("renew secret %s: %w", renewed.Name, err)
 	}
 	recordWrite("Secret", "updated")
 	r.Recorder.Eventf(s.cluster, nil, corev1.EventTypeNormal, "CertificatesRenewed", "Renew",
-		"renewed %s (Secret %s); the instances load them without a restart", what, secret.Name)
-	return nil
+		"renewed %s (Secret %s); the instances load them without a restart", what, renewed.Name)
+	return renewed, nil
 }
 
 // loadAgentTLS gives the HA lane the operator's client certificate when the children's lane

@@ -7,7 +7,6 @@ import (
 	"crypto/tls"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"os"
@@ -28,6 +27,7 @@ import (
 	"github.com/pgpilot/pgpilot-operator/api/agentapi"
 	pgv1 "github.com/pgpilot/pgpilot-operator/api/v1alpha1"
 	pgbuilder "github.com/pgpilot/pgpilot-operator/internal/builder"
+	"github.com/pgpilot/pgpilot-operator/test/pgtest"
 )
 
 // Monitoring end to end, on one two-instance cluster. Custom queries: a ConfigMap of
@@ -328,15 +328,5 @@ func scrapeInstance(ctx context.Context, cluster *pgv1.PostgresCluster, name str
 	if config == nil {
 		scheme = "http://"
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, scheme+net.JoinHostPort(pod.Status.PodIP, "9187")+"/metrics", nil)
-	if err != nil {
-		return 0, "", err
-	}
-	resp, err := (&http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: config}}).Do(req)
-	if err != nil {
-		return 0, "", err
-	}
-	defer func() { _ = resp.Body.Close() }()
-	body, err := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(body), err
+	return pgtest.Scrape(ctx, scheme+net.JoinHostPort(pod.Status.PodIP, "9187")+"/metrics", config)
 }

@@ -1,8 +1,10 @@
 package pgtest
 
 import (
+	"context"
 	"crypto/tls"
 	"fmt"
+	"io"
 	"maps"
 	"net/http"
 	"os"
@@ -139,4 +141,24 @@ func (r *RunningAgent) Probe(path string) error {
 		return fmt.Errorf("%s answered %d", path, resp.StatusCode)
 	}
 	return nil
+}
+
+// Scrape reads the agent's /metrics as Prometheus does, with config's client certificate.
+func (r *RunningAgent) Scrape(config *tls.Config) (int, string, error) {
+	return Scrape(context.Background(), r.MetricsURL, config)
+}
+
+// Scrape GETs a metrics URL with config (nil for plain HTTP) and returns the status and body.
+func Scrape(ctx context.Context, url string, config *tls.Config) (int, string, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return 0, "", err
+	}
+	resp, err := (&http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: config}}).Do(req)
+	if err != nil {
+		return 0, "", err
+	}
+	defer func() { _ = resp.Body.Close() }()
+	body, err := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(body), err
 }

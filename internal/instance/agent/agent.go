@@ -6,7 +6,6 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
-	"log/slog"
 	"maps"
 	"net"
 	"net/http"
@@ -158,8 +157,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	address := cmp.Or(a.Options.ListenAddress, a.Config.ListenAddress())
 	server := &http.Server{Handler: NewHandler(a, a.token), ReadHeaderTimeout: 5 * time.Second,
-		// TLS handshake failures (a client without the operator's certificate) in the agent's log.
-		ErrorLog: slog.NewLogLogger(logr.ToSlogHandler(a.Log.WithName("api")), slog.LevelWarn)}
+		ErrorLog: a.serverErrorLog("api")}
 	listener, err := net.Listen("tcp", address)
 	if err != nil {
 		return fmt.Errorf("listen %s: %w", address, err)

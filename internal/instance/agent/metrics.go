@@ -5,13 +5,11 @@ import (
 	"context"
 	"crypto/tls"
 	"fmt"
-	"log/slog"
 	"net"
 	"net/http"
 	"syscall"
 	"time"
 
-	"github.com/go-logr/logr"
 	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -49,7 +47,7 @@ func (a *Agent) serveMetrics() (string, func(), error) {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", handler)
 	server := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second,
-		ErrorLog: slog.NewLogLogger(logr.ToSlogHandler(a.Log.WithName("metrics")), slog.LevelWarn)}
+		ErrorLog: a.serverErrorLog("metrics")}
 	go func() { _ = server.Serve(listener) }()
 	return listener.Addr().String(), func() { _ = server.Close(); e.Close() }, nil
 }

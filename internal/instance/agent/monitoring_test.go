@@ -69,7 +69,7 @@ func TestDashboardAndAlertsNameExportedMetrics(t *testing.T) {
 			return err
 		}
 		// The standby has certificates: its metrics answer the metrics client certificate only.
-		if err := addScraped(exported, func() (int, string, error) { return scrape(standby, certificates.MetricsTLS(t)) }); err != nil {
+		if err := addScraped(exported, func() (int, string, error) { return standby.Scrape(certificates.MetricsTLS(t)) }); err != nil {
 			return err
 		}
 		var missing []string

@@ -6,6 +6,8 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"log"
+	"log/slog"
 	"maps"
 	"net/http"
 	"os"
@@ -15,6 +17,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/pgpilot/pgpilot-operator/api/agentapi"
@@ -237,4 +240,10 @@ func (c certificateCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(certificateStartDesc, prometheus.GaugeValue, float64(v[0].Unix()), role)
 		ch <- prometheus.MustNewConstMetric(certificateExpiryDesc, prometheus.GaugeValue, float64(v[1].Unix()), role)
 	}
+}
+
+// serverErrorLog puts what an HTTP server of the agent's logs by itself (TLS handshake failures:
+// a client without the certificate it needs) into the agent's log as warnings.
+func (a *Agent) serverErrorLog(server string) *log.Logger {
+	return slog.NewLogLogger(logr.ToSlogHandler(a.Log.WithName(server)), slog.LevelWarn)
 }

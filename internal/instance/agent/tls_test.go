@@ -5,7 +5,6 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"strconv"
@@ -168,44 +167,29 @@ func TestAgentAPIAndMetricsServeTheirCertificatesOnly(t *testing.T) {
 func checkMetricsServeTheMetricsCertificateOnly(t *testing.T, primary *pgtest.RunningAgent, c pgtest.Certificates) {
 	t.Helper()
 	pgtest.Eventually(t, "the metrics answer the metrics certificate", func() error {
-		code, body, err := scrape(primary, c.MetricsTLS(t))
+		code, body, err := primary.Scrape(c.MetricsTLS(t))
 		if err == nil && (code != http.StatusOK || !strings.Contains(body, "\npgpilot_up 1")) {
 			err = fmt.Errorf("scrape: %d %.200s", code, body)
 		}
 		return err
 	})
-	if code, _, err := scrape(primary, c.OperatorTLS(t)); err != nil || code != http.StatusForbidden {
+	if code, _, err := primary.Scrape(c.OperatorTLS(t)); err != nil || code != http.StatusForbidden {
 		t.Errorf("metrics with the operator's certificate: %d, %v; want 403", code, err)
 	}
 	noClientCert := c.MetricsTLS(t)
 	noClientCert.Certificates = nil
-	if code, _, err := scrape(primary, noClientCert); err == nil {
+	if code, _, err := primary.Scrape(noClientCert); err == nil {
 		t.Errorf("metrics without a client certificate answered %d; want the handshake refused", code)
 	}
 	stranger := pgtest.IssueCertificates(t)
 	foreign := c.MetricsTLS(t)
 	foreign.Certificates = stranger.MetricsTLS(t).Certificates
-	if code, _, err := scrape(primary, foreign); err == nil {
+	if code, _, err := primary.Scrape(foreign); err == nil {
 		t.Errorf("metrics with a certificate of another CA answered %d; want the handshake refused", code)
 	}
 	if code, body, err := get(strings.Replace(primary.MetricsURL, "https://", "http://", 1), ""); err == nil && code == http.StatusOK {
 		t.Errorf("the metrics answered plain HTTP: %.200s", body)
 	}
-}
-
-// scrape reads an agent's metrics over TLS with config.
-func scrape(r *pgtest.RunningAgent, config *tls.Config) (int, string, error) {
-	req, err := http.NewRequest(http.MethodGet, r.MetricsURL, nil)
-	if err != nil {
-		return 0, "", err
-	}
-	resp, err := (&http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: config}}).Do(req)
-	if err != nil {
-		return 0, "", err
-	}
-	defer func() { _ = resp.Body.Close() }()
-	body, err := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(body), err
 }
 
 // A renewed server certificate is served by PostgreSQL and the API without a restart, and the
@@ -253,7 +237,7 @@ func TestRenewedCertificatesLoadWithoutRestart(t *testing.T) {
 	pgtest.Eventually(t, "the metrics report the renewed certificate's expiry", func() error {
 		want := fmt.Sprintf(`pgpilot_certificate_expiry_timestamp_seconds{certificate="postgres"} %s`,
 			strconv.FormatFloat(float64(renewed.NotAfter.Unix()), 'g', -1, 64))
-		_, body, err := scrape(primary, c.MetricsTLS(t))
+		_, body, err := primary.Scrape(c.MetricsTLS(t))
 		if err == nil && !strings.Contains(body, want) {
 			err = fmt.Errorf("no %s in the scrape", want)
 		}
