@@ -121,7 +121,7 @@ vet: ## Run go vet against code.
 	go vet ./...
 
 .PHONY: test
-test: host-packages manifests generate fmt vet lint-shell envtest versitygw operator-sdk opm kustomize ## Run every test: shellcheck, the e2e specs on the local cluster, with a few seconds of every fuzz target, the unit and envtest suites, packaging checks and benchmark budgets (test-unit) running beside its OLM phase.
+test: host-packages manifests generate fmt vet lint lint-shell envtest versitygw operator-sdk opm kustomize ## Run every test: golangci-lint, shellcheck, the e2e specs on the local cluster, with a few seconds of every fuzz target, the unit and envtest suites, packaging checks and benchmark budgets (test-unit) running beside its OLM phase.
 	@# The recipes of test-e2e and test-unit, without their prerequisites again: this target has
 	@# made them, and CI's CPU is the limit.
 	E2E_BESIDE_OLM='$(MAKE) --no-print-directory fuzz-short && $(UNIT_TESTS) && $(IMAGE_TESTS)' test/e2e/run.sh
@@ -171,12 +171,12 @@ demo-envtest: manifests envtest ## The operator against a bare control plane (no
 	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" go run ./hack/demo $(DEMO_FLAGS)
 
 .PHONY: lint
-lint: golangci-lint ## Run golangci-lint linter
-	$(GOLANGCI_LINT) run
+lint: golangci-lint ## Run golangci-lint with .golangci.yml over every package, the e2e suite's too.
+	$(GOLANGCI_LINT) run --build-tags e2e
 
 .PHONY: lint-fix
 lint-fix: golangci-lint ## Run golangci-lint linter and perform fixes
-	$(GOLANGCI_LINT) run --fix
+	$(GOLANGCI_LINT) run --build-tags e2e --fix
 
 # lint-shell runs shellcheck over the shell scripts of SHELLCHECK_DIRS: every *.sh and every file
 # whose first line is a sh or bash shebang (.ci/run, hack/localcluster/localcluster...). -x with

@@ -102,7 +102,8 @@ func run(ctx context.Context, exitAfter bool) error {
 	if exitAfter {
 		return nil
 	}
-	fmt.Printf("\nThe control plane is up. In another shell:\n  export KUBECONFIG=%s\n  %s get pgc\n  %s explain postgrescluster.spec\nOperator log: %s\nPress Ctrl-C to stop.\n",
+	fmt.Printf("\nThe control plane is up. In another shell:\n  export KUBECONFIG=%s\n  %s get pgc\n"+
+		"  %s explain postgrescluster.spec\nOperator log: %s\nPress Ctrl-C to stop.\n",
 		adminKubeconfig, kubectl, kubectl, filepath.Join(cp.Dir, "operator.log"))
 	<-ctx.Done()
 	return nil

@@ -174,7 +174,8 @@ func renderFiles(resultsPath string, docs []string) error {
 func render(r Results) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "Recorded run: commit %s, %s (`make test` on 2 cores, specs 3 at a time).\n\n", shortCommit(r.Commit), r.Date)
-	b.WriteString("| scenario | acknowledged writes | failed | acknowledged but lost | writes resumed after the fault (budget) | longest gap | gap at the end | spec |\n")
+	b.WriteString("| scenario | acknowledged writes | failed | acknowledged but lost | " +
+		"writes resumed after the fault (budget) | longest gap | gap at the end | spec |\n")
 	b.WriteString("|---|---|---|---|---|---|---|---|\n")
 	for _, s := range r.Scenarios {
 		rto := "–"

@@ -17,6 +17,9 @@ const sel = `namespace="$namespace", pgpilot_cluster="$cluster"`
 
 type query struct{ expr, legend string }
 
+// statPanel is Grafana's panel type of a single value.
+const statPanel = "stat"
+
 type panel struct {
 	kind, title, description, unit string
 	queries                        []query
@@ -28,7 +31,7 @@ type row struct {
 }
 
 func stat(title, description, unit string, queries ...query) panel {
-	return panel{"stat", title, description, unit, queries}
+	return panel{statPanel, title, description, unit, queries}
 }
 
 func graph(title, description, unit string, queries ...query) panel {
@@ -63,7 +66,8 @@ var rows = []row{
 			q(`pgpilot_replay_pending_bytes{S}`, "{{pod}}")),
 		graph("WAL kept by replication slots", "WAL each slot holds in pg_wal for its consumer; an inactive slot grows without bound.", "bytes",
 			q(`pgpilot_replication_slot_retained_bytes{S}`, "{{pod}} {{slot_name}}"),
-			q(`pgpilot_replication_slot_retained_bytes{S} and on (namespace, pod, slot_name) pgpilot_replication_slot_active{S} == 0`, "{{pod}} {{slot_name}} (inactive)")),
+			q(`pgpilot_replication_slot_retained_bytes{S} and on (namespace, pod, slot_name) pgpilot_replication_slot_active{S} == 0`,
+				"{{pod}} {{slot_name}} (inactive)")),
 	}},
 	{"Connections and transactions", []panel{
 		graph("Client backends", "Client backends by state, against max_connections.", "none",
@@ -143,7 +147,7 @@ func dashboard() map[string]any {
 			width = 6
 		}
 		height := 8
-		if r.panels[0].kind == "stat" {
+		if r.panels[0].kind == statPanel {
 			height = 4
 		}
 		x := 0
@@ -188,7 +192,7 @@ func (p panel) json(id, x, y, w, h int) map[string]any {
 		"fieldConfig": map[string]any{"defaults": map[string]any{"unit": p.unit}, "overrides": []any{}},
 		"targets":     targets,
 	}
-	if p.kind == "stat" {
+	if p.kind == statPanel {
 		out["options"] = map[string]any{"reduceOptions": map[string]any{"calcs": []string{"lastNotNull"}},
 			"textMode": "value_and_name", "colorMode": "value", "graphMode": "none"}
 	}

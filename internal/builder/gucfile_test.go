@@ -82,11 +82,11 @@ func scanGUCLine(line string) ([]gucToken, []string) {
 	var texts []string
 	for i := 0; i < len(line); {
 		c := line[i]
-		switch {
-		case c == ' ' || c == '\t' || c == '\r':
+		switch c {
+		case ' ', '\t', '\r':
 			i++
 			continue
-		case c == '#':
+		case '#':
 			return toks, texts
 		}
 		tok, n := matchGUCToken(line[i:])

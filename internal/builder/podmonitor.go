@@ -101,7 +101,7 @@ func metricsTLSConfig(c *pgv1.PostgresCluster) *monitoringv1.SafeTLSConfig {
 func sanitizedLabelName(name string) string {
 	out := []byte(name)
 	for i, ch := range out {
-		if !(ch >= 'a' && ch <= 'z' || ch >= 'A' && ch <= 'Z' || ch >= '0' && ch <= '9' || ch == '_') {
+		if (ch < 'a' || ch > 'z') && (ch < 'A' || ch > 'Z') && (ch < '0' || ch > '9') && ch != '_' {
 			out[i] = '_'
 		}
 	}

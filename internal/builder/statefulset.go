@@ -253,8 +253,9 @@ func agentCredentials(c *pgv1.PostgresCluster) agentapi.CredentialRefs {
 }
 
 func agentEnvironment(c *pgv1.PostgresCluster) []*corev1ac.EnvVarApplyConfiguration {
-	var env []*corev1ac.EnvVarApplyConfiguration
-	for _, v := range AgentConfig(c).Environment() {
+	variables := AgentConfig(c).Environment()
+	env := make([]*corev1ac.EnvVarApplyConfiguration, 0, len(variables))
+	for _, v := range variables {
 		e := corev1ac.EnvVar().WithName(v.Name)
 		if v.FieldPath != "" {
 			e.WithValueFrom(corev1ac.EnvVarSource().WithFieldRef(corev1ac.ObjectFieldSelector().WithFieldPath(v.FieldPath)))

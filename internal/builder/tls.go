@@ -73,8 +73,10 @@ func AgentServerName(c *pgv1.PostgresCluster) string {
 // UserServerNames are the names a user's server certificate (spec.certificates.serverTLSSecret)
 // must cover: the standbys' host, and every Service in the form applications use.
 func UserServerNames(c *pgv1.PostgresCluster) []string {
-	names := []string{ReadWriteServiceName(c)}
-	for _, svc := range []string{ReadWriteServiceName(c), ReadOnlyServiceName(c), AnyServiceName(c)} {
+	services := []string{ReadWriteServiceName(c), ReadOnlyServiceName(c), AnyServiceName(c)}
+	names := make([]string, 0, 1+len(services))
+	names = append(names, ReadWriteServiceName(c))
+	for _, svc := range services {
 		names = append(names, svc+"."+c.Namespace+".svc")
 	}
 	return names

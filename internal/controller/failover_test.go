@@ -66,17 +66,17 @@ func TestStaleLeaseAlarm(t *testing.T) {
 	start := time.Now()
 	tracker.watched("a", held, "1", "db-0", start)
 	tracker.watched("b", released, "7", "", start)
-	if got := tracker.stale(leaseAlarmAfter, start.Add(leaseAlarmAfter-time.Second)); len(got) != 0 {
+	if got := tracker.stale(start.Add(leaseAlarmAfter - time.Second)); len(got) != 0 {
 		t.Fatalf("alarm before leaseAlarmAfter: %v", got)
 	}
-	if got := tracker.stale(leaseAlarmAfter, start.Add(leaseAlarmAfter)); len(got) != 1 || got[0] != held {
+	if got := tracker.stale(start.Add(leaseAlarmAfter)); len(got) != 1 || got[0] != held {
 		t.Fatalf("alarms %v, want [%v]", got, held)
 	}
-	if got := tracker.stale(leaseAlarmAfter, start.Add(2*leaseAlarmAfter)); len(got) != 0 {
+	if got := tracker.stale(start.Add(2 * leaseAlarmAfter)); len(got) != 0 {
 		t.Fatalf("a second alarm for the same version: %v", got)
 	}
 	tracker.watched("a", held, "2", "db-0", start.Add(2*leaseAlarmAfter)) // renewed: armed again
-	if got := tracker.stale(leaseAlarmAfter, start.Add(3*leaseAlarmAfter)); len(got) != 1 {
+	if got := tracker.stale(start.Add(3 * leaseAlarmAfter)); len(got) != 1 {
 		t.Fatalf("no alarm after the renewal went stale: %v", got)
 	}
 	if unchanged, seen := tracker.unchangedFor("a", start.Add(3*leaseAlarmAfter)); !seen || unchanged != leaseAlarmAfter {

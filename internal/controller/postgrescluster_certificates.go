@@ -120,11 +120,11 @@ func (r *PostgresClusterReconciler) ensureMetricsSecret(ctx context.Context, s *
 		return existing, nil, nil
 	}
 	authority := certs.Pair{CertPEM: caCert, KeyPEM: ca.Data[pgbuilder.CAKeyKey]}
-	client, renewAt, err := issueClient(c, authority, agentapi.MetricsCommonName, now)
+	scraper, renewAt, err := issueClient(c, authority, agentapi.MetricsCommonName, now)
 	if err != nil {
 		return nil, invalidUntilFixed(reasonCertificatesInvalid, fmt.Sprintf("issue the metrics client certificate: %v", err)), nil
 	}
-	written, err := r.writeCertificateSecret(ctx, s, existing, pgbuilder.BuildMetricsSecret(c, caCert, client, renewAt),
+	written, err := r.writeCertificateSecret(ctx, s, existing, pgbuilder.BuildMetricsSecret(c, caCert, scraper, renewAt),
 		"the metrics client certificate")
 	return written, nil, err
 }

@@ -308,7 +308,7 @@ func clusterCredentials(cluster *pgv1.PostgresCluster) agentapi.Credentials {
 func restartNotes(cluster *pgv1.PostgresCluster) []string {
 	list := &eventsv1.EventList{}
 	Expect(k8sClient.List(ctx, list, client.InNamespace(cluster.Namespace))).To(Succeed())
-	slices.SortFunc(list.Items, func(a, b eventsv1.Event) int { return a.EventTime.Time.Compare(b.EventTime.Time) })
+	slices.SortFunc(list.Items, func(a, b eventsv1.Event) int { return a.EventTime.Compare(b.EventTime.Time) })
 	var notes []string
 	for _, e := range list.Items {
 		if e.Reason == "InstanceRestarted" && e.Regarding.Name == cluster.Name {

@@ -182,13 +182,14 @@ func (t *leaseTracker) watched(uid types.UID, cluster types.NamespacedName, vers
 	t.seen[uid] = seen
 }
 
-// stale returns, once per version, the clusters whose held Lease has not changed for after.
-func (t *leaseTracker) stale(after time.Duration, now time.Time) []types.NamespacedName {
+// stale returns, once per version, the clusters whose held Lease has not changed for
+// leaseAlarmAfter.
+func (t *leaseTracker) stale(now time.Time) []types.NamespacedName {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	var clusters []types.NamespacedName
 	for uid, seen := range t.seen {
-		if seen.holder == "" || seen.cluster.Name == "" || seen.alarmed || now.Sub(seen.at) < after {
+		if seen.holder == "" || seen.cluster.Name == "" || seen.alarmed || now.Sub(seen.at) < leaseAlarmAfter {
 			continue
 		}
 		seen.alarmed = true

@@ -71,7 +71,7 @@ func (r *PostgresClusterReconciler) alarmStaleLeases(ctx context.Context) error 
 		case <-ctx.Done():
 			return nil
 		case now := <-ticker.C:
-			for _, key := range r.leases().stale(leaseAlarmAfter, now) {
+			for _, key := range r.leases().stale(now) {
 				select {
 				case r.leaseAlarms <- event.TypedGenericEvent[types.NamespacedName]{Object: key}:
 				case <-ctx.Done():

@@ -168,7 +168,7 @@ func TestSwitchoverPromotesAnInstanceWithAllTheWALWhenTheTargetMissedTheEnd(t *t
 	if cluster.Status.SwitchoverLSN != "0/3000100" {
 		t.Fatalf("not demoted: %+v", cluster.Status)
 	}
-	missed := map[string]*agentapi.Status{"db-0": replica("0/3000108"), "db-1": &agentapi.Status{Role: agentapi.RoleReplica, ReplayLSN: "0/3000000", Timeline: 1},
+	missed := map[string]*agentapi.Status{"db-0": replica("0/3000108"), "db-1": {Role: agentapi.RoleReplica, ReplayLSN: "0/3000000", Timeline: 1},
 		"db-2": replica("0/3000108")}
 	if st := reconcile(missed); len(agents.promoted) != 0 || st == nil || st.reason != "SwitchingOver" {
 		t.Fatalf("gave up on the target at once: promoted %v, %+v", agents.promoted, st)

@@ -79,7 +79,8 @@ func (r *report) print(out io.Writer) {
 	row("idle", "writes/min (besides leader election)", fmt.Sprintf("%.2f", r.Idle.WritesPerMinute))
 	row("idle", "uncached reads/min", fmt.Sprintf("%.2f", r.Idle.ReadsPerMinute))
 	row("idle", "leader election requests/min", fmt.Sprintf("%.2f", r.Idle.LeaderElectionRequestsPerMin))
-	row("idle", "operator CPU while waiting (ms/min; % of a core per 100 clusters)", fmt.Sprintf("%.0f (%.2f %%)", r.Idle.CPUMillisecondsPerMinute, r.idleCPUPercentPer100Clusters()))
+	row("idle", "operator CPU while waiting (ms/min; % of a core per 100 clusters)",
+		fmt.Sprintf("%.0f (%.2f %%)", r.Idle.CPUMillisecondsPerMinute, r.idleCPUPercentPer100Clusters()))
 	row("idle", "operator CPU with every primary Lease renewed (ms/min)", fmt.Sprintf("%.0f", r.Idle.RenewingCPUMillisecondsPerMinute))
 	row("idle", "reconciles/min per cluster", fmt.Sprintf("%.2f", r.Idle.ReconcilesPerClusterPerMinute))
 	row("idle", "CPU per reconcile (ms; profile samples)", fmt.Sprintf("%.3f (%d)", r.Idle.CPUMillisecondsPerReconcile, r.Idle.ReconcileCPUSamples))

@@ -129,7 +129,8 @@ var _ = Describe("Backup and point-in-time recovery", Ordered, SpecPriority(slow
 		AddReportEntry("S3 started to ContinuousArchiving True", time.Since(start).Round(time.Second).String())
 	})
 
-	It("archives on the new timeline after a switchover, and recovers a new cluster from the Backup taken before the outage and the switchover to a time between two batches, with exactly the rows committed before it", func(ctx SpecContext) {
+	It("archives on the new timeline after a switchover, and recovers a new cluster from the Backup taken before the outage "+
+		"and the switchover to a time between two batches, with exactly the rows committed before it", func(ctx SpecContext) {
 		current := getCluster(ctx, source)
 		// This cluster replicates asynchronously (the default): README's "a switchover loses
 		// nothing" holds there too, under the write checker.

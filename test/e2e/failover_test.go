@@ -203,7 +203,8 @@ func imageRollSpec(cluster **pgv1.PostgresCluster) {
 // rollUnderWrites changes the image and the primary update method under a write checker,
 // waits until every instance runs the image and the cluster settled, and returns the cluster,
 // the primary before, and the Events' reasons since the change.
-func rollUnderWrites(ctx context.Context, c *pgv1.PostgresCluster, name, image string, method pgv1.PrimaryUpdateMethod) (*pgv1.PostgresCluster, string, []string) {
+func rollUnderWrites(ctx context.Context, c *pgv1.PostgresCluster, name, image string,
+	method pgv1.PrimaryUpdateMethod) (*pgv1.PostgresCluster, string, []string) {
 	current := &pgv1.PostgresCluster{}
 	Expect(k8s.Get(ctx, client.ObjectKeyFromObject(c), current)).To(Succeed())
 	oldPrimary := current.Status.CurrentPrimary

@@ -151,7 +151,8 @@ var _ = Describe("Monitoring", Ordered, SpecPriority(slowSpecs), func() {
 		Expect(failedLogin["msg"]).To(ContainSubstring("password authentication failed"))
 	})
 
-	It("is scraped by a real Prometheus: every instance through the PodMonitor, a lag series per replica, the operator's authenticated endpoint", func(ctx SpecContext) {
+	It("is scraped by a real Prometheus: every instance through the PodMonitor, a lag series per replica, "+
+		"the operator's authenticated endpoint", func(ctx SpecContext) {
 		pods, replicas := clusterPodNames(ctx, cluster)
 		instances := fmt.Sprintf(`{namespace=%q, pgpilot_cluster=%q}`, cluster.Namespace, cluster.Name)
 		operator := fmt.Sprintf(`{job="serviceMonitor/%s/pgpilot-operator-controller-manager-metrics-monitor/0"}`, operatorNamespace)
@@ -179,7 +180,8 @@ var _ = Describe("Monitoring", Ordered, SpecPriority(slowSpecs), func() {
 	// A standby whose PostgreSQL stops restarts its container at once (the agent exits), so a
 	// replica that stays out of streaming is one whose connections to PostgreSQL elsewhere are
 	// reset: its server runs and answers the exporter, its WAL receiver cannot connect.
-	It("fires PgpilotReplicaNotStreaming within its for: and a scrape when a replica stops streaming, and resolves it when it streams again", func(ctx SpecContext) {
+	It("fires PgpilotReplicaNotStreaming within its for: and a scrape when a replica stops streaming, "+
+		"and resolves it when it streams again", func(ctx SpecContext) {
 		const alert = "PgpilotReplicaNotStreaming"
 		hold := alertFor(alert)
 		_, replicas := clusterPodNames(ctx, cluster)

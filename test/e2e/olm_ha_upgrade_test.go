@@ -60,7 +60,8 @@ var _ = Describe("OLM upgrade of a highly available cluster", Ordered, Label(olm
 		expectReplication(ctx, cluster, 3)
 	})
 
-	It("upgrades to "+pgversion.Version+" replacing one instance at a time, the primary last after a switchover, losing no acknowledged write", func(ctx SpecContext) {
+	It("upgrades to "+pgversion.Version+" replacing one instance at a time, the primary last after a switchover, "+
+		"losing no acknowledged write", func(ctx SpecContext) {
 		roll := newRollWatch(ctx, cluster)
 		checker := startWriteChecker(ctx, cluster)
 		time.Sleep(2 * time.Second) // writes acknowledged before the upgrade, too

@@ -66,7 +66,7 @@ type modeInstall struct {
 	others, targets []string
 	start           time.Time
 	csv             *operatorsv1alpha1.ClusterServiceVersion
-	inside, outside []*pgv1.PostgresCluster
+	inside          []*pgv1.PostgresCluster
 }
 
 // installModes subscribes every install at once, then checks each: its CSV, the targets OLM

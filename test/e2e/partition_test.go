@@ -60,7 +60,8 @@ func partitionSpec(cluster **pgv1.PostgresCluster) {
 		}).WithTimeout(2 * time.Minute).WithPolling(250 * time.Millisecond).Should(Succeed())
 		AddReportEntry("partition: the isolated primary last accepted a write after", lastAccepted.Round(100*time.Millisecond).String())
 		AddReportEntry("partition: the primary lease was granted to another instance after", grantedAfter.Round(100*time.Millisecond).String())
-		Expect(refusedInARow).To(BeNumerically(">=", 3), "split brain: the isolated primary was not seen fenced, steadily, before the grant (it last accepted a write %s after the cut, the grant came after %s)",
+		Expect(refusedInARow).To(BeNumerically(">=", 3), "split brain: the isolated primary was not seen fenced, steadily, "+
+			"before the grant (it last accepted a write %s after the cut, the grant came after %s)",
 			lastAccepted.Round(100*time.Millisecond), grantedAfter.Round(100*time.Millisecond))
 
 		Eventually(func(g Gomega) {

@@ -248,6 +248,7 @@ func serviceMonitorJob(sm *monitoringv1.ServiceMonitor) map[string]any {
 	tls.InsecureSkipVerify = nil
 	Expect(tls).To(BeZero(), "a TLS field the e2e does not translate")
 	rest, spec := endpoint, sm.Spec
+	//nolint:staticcheck // bearerTokenFile: what config/prometheus/monitor.yaml (kubebuilder's) sets
 	rest.Path, rest.Port, rest.Scheme, rest.HonorLabels, rest.BearerTokenFile, rest.TLSConfig = "", "", nil, false, "", nil
 	spec.Endpoints, spec.Selector.MatchLabels = nil, nil
 	Expect(rest).To(BeZero(), "a ServiceMonitor endpoint field the e2e does not translate")
@@ -264,7 +265,7 @@ func serviceMonitorJob(sm *monitoringv1.ServiceMonitor) map[string]any {
 		"honor_labels":  endpoint.HonorLabels,
 		"scheme":        strings.ToLower(endpoint.Scheme.String()),
 		"metrics_path":  endpoint.Path,
-		"authorization": map[string]any{"credentials_file": endpoint.BearerTokenFile},
+		"authorization": map[string]any{"credentials_file": endpoint.BearerTokenFile}, //nolint:staticcheck // as above
 		"tls_config":    map[string]any{"insecure_skip_verify": ptr.Deref(endpoint.TLSConfig.InsecureSkipVerify, false)},
 		"kubernetes_sd_configs": []any{map[string]any{"role": "endpointslice",
 			"namespaces": map[string]any{"names": []string{sm.Namespace}}}},

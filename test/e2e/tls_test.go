@@ -78,7 +78,8 @@ func tlsSpecs(cluster func() *pgv1.PostgresCluster) {
 		Eventually(func() *big.Int { return servedSerial(ctx, c) }).WithTimeout(4*time.Minute).WithPolling(2*time.Second).
 			Should(Equal(userSerial), "the primary does not serve the user's certificate")
 		Eventually(func() (string, error) {
-			logs, ok := psqlVerified(ctx, c, fmt.Sprintf("tls-user-%d", time.Now().Unix()), c.Name+"-app", "verify-full", "SELECT 'verified ' || ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()")
+			logs, ok := psqlVerified(ctx, c, fmt.Sprintf("tls-user-%d", time.Now().Unix()), c.Name+"-app", "verify-full",
+				"SELECT 'verified ' || ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()")
 			if !ok {
 				return logs, fmt.Errorf("psql failed")
 			}

@@ -48,7 +48,7 @@ func scorecardConfig(t *testing.T) scapiv1alpha3.Configuration {
 }
 
 // scorecardTests returns the tests of the bundle's scorecard configuration run by image.
-func scorecardTests(t *testing.T, cfg scapiv1alpha3.Configuration, image string) []string {
+func scorecardTests(cfg scapiv1alpha3.Configuration, image string) []string {
 	var names []string
 	for _, stage := range cfg.Stages {
 		for _, test := range stage.Tests {
@@ -70,12 +70,12 @@ func TestScorecardConfiguration(t *testing.T) {
 		for _, test := range stage.Tests {
 			name := test.Entrypoint[len(test.Entrypoint)-1]
 			seen[name] = true
-			switch {
-			case test.Image == builtinImage:
+			switch test.Image {
+			case builtinImage:
 				if !slices.Equal(test.Entrypoint, []string{"scorecard-test", name}) || !slices.Contains(builtinTests, name) {
 					t.Errorf("built-in test %v is not one of %v", test.Entrypoint, builtinTests)
 				}
-			case test.Image == pgpilotImage:
+			case pgpilotImage:
 				if !slices.Equal(test.Entrypoint, []string{pgpilotCommand, name}) || !slices.Contains(pgpilotTests, name) {
 					t.Errorf("pgpilot test %v is not one of %v", test.Entrypoint, pgpilotTests)
 				}
@@ -134,7 +134,7 @@ func runInPodBundleRoot(t *testing.T, bundleDir string, command ...string) []byt
 }
 
 // checkResult parses a scorecard TestStatus and fails unless every result passed.
-func checkResult(t *testing.T, out []byte) scapiv1alpha3.TestResult {
+func checkResult(t *testing.T, out []byte) {
 	t.Helper()
 	var status scapiv1alpha3.TestStatus
 	if err := json.Unmarshal(out, &status); err != nil {
@@ -150,14 +150,13 @@ func checkResult(t *testing.T, out []byte) scapiv1alpha3.TestResult {
 	} else {
 		t.Logf("%s: %s (suggestions: %v)", r.Name, r.State, r.Suggestions)
 	}
-	return r
 }
 
 // operator-sdk's built-in scorecard tests (basic and olm suites) pass on the bundle. They are
 // the ones `operator-sdk scorecard` runs from quay.io/operator-framework/scorecard-test; here the
 // same binary runs them without a cluster.
 func TestScorecardBuiltinTests(t *testing.T) {
-	tests := scorecardTests(t, scorecardConfig(t), builtinImage)
+	tests := scorecardTests(scorecardConfig(t), builtinImage)
 	if len(tests) != len(builtinTests) {
 		t.Fatalf("the configuration runs built-in tests %v, want %v", tests, builtinTests)
 	}
@@ -240,7 +239,7 @@ func runPgpilotTest(t *testing.T, binary, kubeconfig, namespace, bundleDir, name
 // real kube-apiserver with the bundle's CRD (server-side dry run), every CRD field is
 // documented, and the descriptors match the CRD schema.
 func TestScorecardPgpilotTests(t *testing.T) {
-	tests := scorecardTests(t, scorecardConfig(t), makeVar(t, "IMAGE_TAG_BASE")+"-scorecard:v"+pgversion.Version)
+	tests := scorecardTests(scorecardConfig(t), makeVar(t, "IMAGE_TAG_BASE")+"-scorecard:v"+pgversion.Version)
 	if !slices.Equal(tests, pgpilotTests) {
 		t.Fatalf("the configuration runs pgpilot tests %v, want %v", tests, pgpilotTests)
 	}

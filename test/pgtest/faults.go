@@ -35,7 +35,8 @@ func ServerProcesses(t TB, inst *postgres.Instance, superuserPassword string) []
 		t.Fatal(err)
 	}
 	_ = admin.Close(context.Background())
-	processes := []int{postmaster}
+	processes := make([]int, 0, 1+len(pids))
+	processes = append(processes, postmaster)
 	for _, pid := range pids {
 		processes = append(processes, int(pid))
 	}

@@ -89,7 +89,7 @@ func FreePort(t TB) int {
 	low := ephemeralLow()
 	for range 100 {
 		port := firstTestPort + rand.IntN(low-firstTestPort)
-		l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+		l, err := net.Listen("tcp", net.JoinHostPort(Loopback, strconv.Itoa(port)))
 		if err != nil {
 			continue
 		}
@@ -154,7 +154,7 @@ func NewInstance(t TB, name string) *postgres.Instance {
 		PostgresPort: FreePort(t),
 	})
 	// Loopback only, whatever the operator's file says.
-	inst.Settings["listen_addresses"] = "127.0.0.1"
+	inst.Settings["listen_addresses"] = Loopback
 	inst.Output, inst.RunAs = logWriter{t, name}, cred
 	WriteConfig(t, inst, Cluster(nil))
 	t.Cleanup(func() { _ = inst.Stop(10 * time.Second) })
@@ -184,18 +184,18 @@ func WriteConfigTLS(t TB, inst *postgres.Instance, cluster *pgv1.PostgresCluster
 	}
 }
 
-func Connect(t TB, inst *postgres.Instance, user, password, database string) *pgx.Conn {
+func Connect(t TB, inst *postgres.Instance, role, password, database string) *pgx.Conn {
 	t.Helper()
 	var conn *pgx.Conn
 	deadline := time.Now().Add(60 * time.Second)
 	for {
 		var err error
-		conn, err = postgres.Connect(context.Background(), inst.Port, user, password, database)
+		conn, err = postgres.Connect(context.Background(), inst.Port, role, password, database)
 		if err == nil {
 			break
 		}
 		if time.Now().After(deadline) || !inst.Running() {
-			t.Fatalf("connect to %s as %s: %v (running: %v)", inst.DataDir, user, err, inst.Running())
+			t.Fatalf("connect to %s as %s: %v (running: %v)", inst.DataDir, role, err, inst.Running())
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
@@ -259,7 +259,7 @@ func (r *RunningAgent) Stop() error {
 func AgentConfig(t TB, inst *postgres.Instance, pod, initialPrimary string, primaryPort int, creds agentapi.Credentials) agentapi.Config {
 	t.Helper()
 	cfg := agentapi.Config{
-		PodName: pod, Namespace: "default", ClusterName: "db", InitialPrimary: initialPrimary, PrimaryHost: "127.0.0.1", PostgresPort: primaryPort,
+		PodName: pod, Namespace: "default", ClusterName: "db", InitialPrimary: initialPrimary, PrimaryHost: Loopback, PostgresPort: primaryPort,
 		DataDir: inst.DataDir, ConfigDir: filepath.Dir(inst.ConfigFile), SocketDir: inst.SocketDir,
 		BinDir: inst.BinDir, AppDatabase: "app", CredentialsDir: filepath.Join(filepath.Dir(inst.ConfigFile), "credentials"),
 	}.WithDefaults()
@@ -284,7 +284,8 @@ func SetCredentials(t TB, cfg agentapi.Config, creds agentapi.Credentials) {
 func StartAgent(t TB, cfg agentapi.Config, inst *postgres.Instance, leases agent.LeaseStore, tune ...func(*agent.Options)) *RunningAgent {
 	t.Helper()
 	options := agent.Options{ListenAddress: fmt.Sprintf("127.0.0.1:%d", FreePort(t)),
-		MetricsListenAddress: fmt.Sprintf("127.0.0.1:%d", FreePort(t)), ShutdownGrace: 10 * time.Second, ConfigInterval: 200 * time.Millisecond, CloneRetry: 200 * time.Millisecond}
+		MetricsListenAddress: fmt.Sprintf("127.0.0.1:%d", FreePort(t)), ShutdownGrace: 10 * time.Second,
+		ConfigInterval: 200 * time.Millisecond, CloneRetry: 200 * time.Millisecond}
 	for _, f := range tune {
 		f(&options)
 	}
@@ -296,7 +297,8 @@ func StartAgent(t TB, cfg agentapi.Config, inst *postgres.Instance, leases agent
 	if cfg.TLSDir != "" {
 		scheme = "https://"
 	}
-	r := &RunningAgent{URL: scheme + options.ListenAddress, MetricsURL: scheme + options.MetricsListenAddress + "/metrics", Instance: inst, Config: cfg, done: make(chan error, 1), stop: cancel}
+	r := &RunningAgent{URL: scheme + options.ListenAddress, MetricsURL: scheme + options.MetricsListenAddress + "/metrics",
+		Instance: inst, Config: cfg, done: make(chan error, 1), stop: cancel}
 	go func() { r.done <- a.Run(ctx) }()
 	t.Cleanup(func() { _ = r.Stop() })
 	return r

@@ -55,7 +55,7 @@ func (p *ServiceProxy) serve() {
 			_ = client.Close()
 			continue
 		}
-		p.wg.Go(func() { p.forward(client, net.JoinHostPort("127.0.0.1", strconv.FormatInt(target, 10))) })
+		p.wg.Go(func() { p.forward(client, net.JoinHostPort(Loopback, strconv.FormatInt(target, 10))) })
 	}
 }
 

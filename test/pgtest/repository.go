@@ -55,8 +55,9 @@ func WriteBackupConfig(t TB, cfg agentapi.Config, b agentapi.BackupConfig, s *S3
 // Environ is cfg as the pod's environment, the pod's own fields resolved: what PostgreSQL
 // inherits in a pod, and so what the archive_command the agent serves finds.
 func Environ(cfg agentapi.Config) []string {
-	var env []string
-	for _, v := range cfg.Environment() {
+	variables := cfg.Environment()
+	env := make([]string, 0, len(variables))
+	for _, v := range variables {
 		value := v.Value
 		switch v.FieldPath {
 		case "metadata.name":

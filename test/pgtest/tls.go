@@ -21,6 +21,9 @@ import (
 // TLSHost is the name the test servers' certificates are for; it resolves to loopback.
 const TLSHost = "localhost"
 
+// Loopback is the address every test server listens on.
+const Loopback = "127.0.0.1"
+
 // Certificates are a test cluster's: a CA, the instances' files (agentapi.TLSFiles) and the
 // operator's and the metrics scraper's client certificates.
 type Certificates struct {

@@ -154,8 +154,9 @@ func toJSONValue(v any) any {
 
 // droppedFields is every path of the spec set in want that got is missing or has another value at.
 func droppedFields(want, got any) []string {
-	var dropped []string
-	for _, d := range jsonsubset.All(want, got, "spec") {
+	differences := jsonsubset.All(want, got, "spec")
+	dropped := make([]string, 0, len(differences))
+	for _, d := range differences {
 		path := d.Path
 		if d.Kind == jsonsubset.Value {
 			// The server's value tells a typo (pruned) from a value it rewrote (normalised).

@@ -78,7 +78,7 @@ func checkSection(r *scapiv1alpha3.TestResult, id, section string, root *apiexte
 	described := map[string]bool{}
 	for _, d := range descs {
 		described[d.path] = true
-		if _, err := resolve(&sectionSchema, d.path); err != nil {
+		if err := resolve(&sectionSchema, d.path); err != nil {
 			fail(r, markerSuggestion, "%s: %s descriptor %q: %v", id, section, d.path, err)
 		}
 		for _, x := range d.xDescriptors {
@@ -102,8 +102,8 @@ func checkSection(r *scapiv1alpha3.TestResult, id, section string, root *apiexte
 
 var indexSuffix = regexp.MustCompile(`\[[0-9]+\]$`)
 
-// resolve follows a descriptor path (a.b[0].c) through a schema.
-func resolve(s *apiextensionsv1.JSONSchemaProps, path string) (*apiextensionsv1.JSONSchemaProps, error) {
+// resolve follows a descriptor path (a.b[0].c) through a schema and says where it leaves it.
+func resolve(s *apiextensionsv1.JSONSchemaProps, path string) error {
 	cur := s
 	walked := ""
 	for _, segment := range strings.Split(path, ".") {
@@ -119,16 +119,16 @@ func resolve(s *apiextensionsv1.JSONSchemaProps, path string) (*apiextensionsv1.
 			if walked != "" {
 				where = walked
 			}
-			return nil, fmt.Errorf("the schema has no field %q under %s", name, where)
+			return fmt.Errorf("the schema has no field %q under %s", name, where)
 		}
 		walked = strings.TrimPrefix(walked+"."+name, ".")
 		cur = &next
 		if name != segment {
 			if cur.Items == nil || cur.Items.Schema == nil {
-				return nil, fmt.Errorf("%s is not a list", walked)
+				return fmt.Errorf("%s is not a list", walked)
 			}
 			cur = cur.Items.Schema
 		}
 	}
-	return cur, nil
+	return nil
 }

@@ -27,7 +27,7 @@ func TestResolveDescriptorPaths(t *testing.T) {
 		"storage[0].size":     "storage is not a list",
 		"tolerations[0].nope": `no field "nope" under tolerations`,
 	} {
-		_, err := resolve(&spec, path)
+		err := resolve(&spec, path)
 		switch {
 		case wantErr == "" && err != nil:
 			t.Errorf("resolve(%q): %v", path, err)

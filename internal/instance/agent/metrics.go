@@ -34,7 +34,7 @@ func (a *Agent) serveMetrics() (string, func(), error) {
 	registry := prometheus.NewRegistry()
 	registry.MustRegister(queries, volumeCollector{dir: a.Config.DataDir}, backupCollector{a}, certificateCollector{a},
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	var handler http.Handler = promhttp.HandlerFor(registry, promhttp.HandlerOpts{
+	handler := promhttp.HandlerFor(registry, promhttp.HandlerOpts{
 		ErrorHandling: promhttp.ContinueOnError, MaxRequestsInFlight: 2, Timeout: 10 * time.Second})
 	address := cmp.Or(a.Options.MetricsListenAddress, a.Config.MetricsListenAddress())
 	listener, err := net.Listen("tcp", address)

@@ -43,7 +43,7 @@ func ParseQueries(data []byte) ([]Query, error) {
 	}
 	var queries []Query
 	for _, prefix := range slices.Sorted(maps.Keys(file)) {
-		if IsBuiltin(prefix) || strings.HasPrefix(prefix, "pgpilot") {
+		if IsBuiltin(prefix) || strings.HasPrefix(prefix, BuiltinPrefix) {
 			return nil, fmt.Errorf("%s: the prefix is pgpilot's own; choose another", prefix)
 		}
 		q, err := file[prefix].query(prefix)
@@ -77,7 +77,7 @@ func (c customQuery) query(prefix string) (Query, error) {
 				if !labelNamePattern.MatchString(name) {
 					return q, fmt.Errorf("column %s: not a valid label name", name)
 				}
-				if name == "datname" && len(c.TargetDatabases) > 0 {
+				if name == DatabaseLabel && len(c.TargetDatabases) > 0 {
 					return q, fmt.Errorf("column datname: with target_databases, pgpilot labels each series with its database as datname")
 				}
 			case discard:

@@ -309,7 +309,7 @@ func (q Query) columnIndexes(fields []pgconn.FieldDescription) ([]int, error) {
 func (q Query) rowMetrics(indexes []int, values []any, database string) ([]prometheus.Metric, error) {
 	var labelNames, labelValues []string
 	if database != "" {
-		labelNames, labelValues = []string{"datname"}, []string{database}
+		labelNames, labelValues = []string{DatabaseLabel}, []string{database}
 	}
 	for i, c := range q.Columns {
 		if c.Usage == Label {

@@ -88,7 +88,7 @@ func TestExporterOnAPrimaryAndAStandby(t *testing.T) {
 // A user's query that fails, or runs past the statement deadline, is reported by
 // pgpilot_query_error and leaves every other metric in place; a good one adds its series.
 func TestExporterCustomQueries(t *testing.T) {
-	inst := startPrimary(t, "db-0")
+	inst := startPrimary(t)
 	e := newExporter(t, inst)
 	// Each statement gets 2 s (half the scrape): the 5-s sleep is cut, and the rest of the
 	// scrape has room on a loaded CI machine (a 2-s scrape ran out there in one run).
@@ -133,7 +133,7 @@ func TestExporterCustomQueries(t *testing.T) {
 // Without a server the exporter says so (pgpilot_up 0) instead of failing the scrape, and
 // reconnects once the server is back.
 func TestExporterReportsAServerItCannotReach(t *testing.T) {
-	inst := startPrimary(t, "db-0")
+	inst := startPrimary(t)
 	e := newExporter(t, inst)
 	scrape(t, e).expect(t, "pgpilot_up", "", eq(1))
 	if err := inst.Stop(10 * time.Second); err != nil {
@@ -153,7 +153,7 @@ func TestExporterReportsAServerItCannotReach(t *testing.T) {
 
 // BenchmarkScrape is the cost of one scrape of the built-in queries on an idle primary.
 func BenchmarkScrape(b *testing.B) {
-	inst := startPrimary(b, "db-0")
+	inst := startPrimary(b)
 	e := newExporter(b, inst)
 	registry := prometheus.NewRegistry()
 	registry.MustRegister(e)
@@ -176,10 +176,10 @@ func processCPU(b *testing.B) time.Duration {
 	return time.Duration(usage.Utime.Nano() + usage.Stime.Nano())
 }
 
-func startPrimary(t testing.TB, name string) *postgres.Instance {
+func startPrimary(t testing.TB) *postgres.Instance {
 	t.Helper()
 	ctx := context.Background()
-	inst := pgtest.NewInstance(t, name)
+	inst := pgtest.NewInstance(t, "db-0")
 	if err := inst.InitDB(ctx, superuserPassword); err != nil {
 		t.Fatal(err)
 	}
@@ -200,7 +200,7 @@ func startPrimary(t testing.TB, name string) *postgres.Instance {
 
 func startPair(t *testing.T) (primary, standby *postgres.Instance) {
 	t.Helper()
-	primary = startPrimary(t, "db-0")
+	primary = startPrimary(t)
 	standby = pgtest.NewInstance(t, "db-1")
 	conninfo := postgres.ConnInfo("host", "127.0.0.1", "port", strconv.Itoa(primary.Port), "user", agentapi.DefaultReplicationUser,
 		"password", replicationPass, "application_name", "db-1")

@@ -9,6 +9,13 @@ var builtinNames = func() map[string]bool {
 	return names
 }()
 
+// BuiltinPrefix begins the names of pgpilot's own metrics; DatabaseLabel is the label of the
+// database a series comes from.
+const (
+	BuiltinPrefix = "pgpilot"
+	DatabaseLabel = "datname"
+)
+
 // IsBuiltin says whether name is one of BuiltinQueries.
 func IsBuiltin(name string) bool { return builtinNames[name] }
 
@@ -16,7 +23,7 @@ func IsBuiltin(name string) bool { return builtinNames[name] }
 // primary or a standby return no rows (or NULL) on the other.
 func BuiltinQueries() []Query {
 	return []Query{
-		{Name: "instance", Prefix: "pgpilot", SQL: `SELECT
+		{Name: "instance", Prefix: BuiltinPrefix, SQL: `SELECT
 			NOT pg_is_in_recovery() AS is_primary,
 			CASE WHEN pg_is_in_recovery()
 				THEN COALESCE((SELECT received_tli FROM pg_stat_wal_receiver), (SELECT timeline_id FROM pg_control_checkpoint()))
@@ -34,7 +41,7 @@ func BuiltinQueries() []Query {
 				{"uptime_seconds", Gauge, "Seconds since the postmaster started."},
 				{"longest_transaction_seconds", Gauge, "Age of the oldest open transaction of a client, 0 when none is open."},
 			}},
-		{Name: "version", Prefix: "pgpilot", SQL: `SELECT current_setting('server_version') AS version,
+		{Name: "version", Prefix: BuiltinPrefix, SQL: `SELECT current_setting('server_version') AS version,
 			current_setting('server_version_num')::int AS postgres_version_num`,
 			Columns: []Column{
 				{"version", Label, "PostgreSQL's version string."},
@@ -51,7 +58,7 @@ func BuiltinQueries() []Query {
 				{"lag_seconds", Gauge, "Time between a recent commit on the primary and its replay on the standby (0 when idle)."},
 				{"streaming", Gauge, "1 when the standby streams, 0 while it catches up or starts."},
 			}},
-		{Name: "streaming_replicas", Prefix: "pgpilot", SQL: `SELECT
+		{Name: "streaming_replicas", Prefix: BuiltinPrefix, SQL: `SELECT
 			CASE WHEN pg_is_in_recovery() THEN NULL ELSE (SELECT count(*) FROM pg_stat_replication WHERE state = 'streaming') END
 				AS streaming_replicas,
 			CASE WHEN pg_is_in_recovery() THEN EXISTS (SELECT 1 FROM pg_stat_wal_receiver WHERE status = 'streaming') END
@@ -87,7 +94,7 @@ func BuiltinQueries() []Query {
 			}},
 		{Name: "wal", Prefix: "pgpilot_wal", SQL: `SELECT (SELECT COALESCE(sum(size), 0) FROM pg_ls_waldir()) AS directory_bytes`,
 			Columns: []Column{{"directory_bytes", Gauge, "Bytes in pg_wal (grows while archiving fails or a slot holds WAL)."}}},
-		{Name: "backends", Prefix: "pgpilot", SQL: `SELECT s.state, count(a.pid) AS backends,
+		{Name: "backends", Prefix: BuiltinPrefix, SQL: `SELECT s.state, count(a.pid) AS backends,
 			count(a.pid) FILTER (WHERE a.wait_event_type = 'Lock') AS backends_waiting_on_locks
 			FROM unnest(ARRAY['active', 'idle', 'idle in transaction', 'idle in transaction (aborted)',
 				'fastpath function call', 'disabled']) AS s(state)
@@ -105,7 +112,7 @@ func BuiltinQueries() []Query {
 			FROM pg_database d JOIN pg_stat_database s ON s.datid = d.oid
 			WHERE d.datallowconn AND NOT d.datistemplate`,
 			Columns: []Column{
-				{"datname", Label, "The database."},
+				{DatabaseLabel, Label, "The database."},
 				{"size_bytes", Gauge, "Disk space the database uses."},
 				{"xid_age", Gauge, "Transactions since the database's oldest unfrozen transaction ID (wraparound at 2^31)."},
 				{"commits_total", Counter, "Transactions committed."},

@@ -97,6 +97,10 @@ const (
 	Incr = "incr"
 )
 
+// ByTime is the recovery target type of a point in time, and the retention type that counts
+// days rather than backups.
+const ByTime = "time"
+
 // Backup takes a backup of the given type and enforces retention after it.
 func (r Runner) Backup(ctx context.Context, backupType string) error {
 	_, err := r.run(ctx, "backup", "--type="+backupType)

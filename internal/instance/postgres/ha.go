@@ -93,10 +93,10 @@ func (i *Instance) ConfigureStandby(primaryConnInfo, slot string) error {
 	if slot != "" {
 		kept = append(kept, "primary_slot_name = "+quoteLiteral(slot))
 	}
-	if err := i.writeOwned(auto, strings.Join(kept, "\n")+"\n", 0o600); err != nil {
+	if err := i.writeOwned(auto, strings.Join(kept, "\n")+"\n"); err != nil {
 		return fmt.Errorf("configure standby: %w", err)
 	}
-	if err := i.writeOwned(filepath.Join(i.DataDir, "standby.signal"), "", 0o600); err != nil {
+	if err := i.writeOwned(filepath.Join(i.DataDir, "standby.signal"), ""); err != nil {
 		return fmt.Errorf("configure standby: %w", err)
 	}
 	return nil
@@ -198,9 +198,10 @@ func lastLine(out []byte) string {
 	return lines[len(lines)-1]
 }
 
-// writeOwned writes a file in the data directory as the server's user owns it.
-func (i *Instance) writeOwned(path, content string, mode os.FileMode) error {
-	if err := os.WriteFile(path, []byte(content), mode); err != nil {
+// writeOwned writes a file in the data directory as the server's user owns it, readable by that
+// user alone.
+func (i *Instance) writeOwned(path, content string) error {
+	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
 		return err
 	}
 	return i.chown(path)
@@ -221,7 +222,7 @@ func (i *Instance) WriteReplicationPassfile(user, password string) error {
 	escape := strings.NewReplacer(`\`, `\\`, `:`, `\:`)
 	path := i.ReplicationPassfile()
 	temporary := path + ".new"
-	if err := i.writeOwned(temporary, "*:*:*:"+escape.Replace(user)+":"+escape.Replace(password)+"\n", 0o600); err != nil {
+	if err := i.writeOwned(temporary, "*:*:*:"+escape.Replace(user)+":"+escape.Replace(password)+"\n"); err != nil {
 		return fmt.Errorf("write replication passfile: %w", err)
 	}
 	if err := os.Rename(temporary, path); err != nil {
@@ -242,7 +243,7 @@ func (i *Instance) WritePrivateFiles(dir string, files map[string][]byte) error 
 	}
 	for name, content := range files {
 		path := filepath.Join(dir, name)
-		if err := i.writeOwned(path+".new", string(content), 0o600); err != nil {
+		if err := i.writeOwned(path+".new", string(content)); err != nil {
 			return err
 		}
 		if err := os.Rename(path+".new", path); err != nil {

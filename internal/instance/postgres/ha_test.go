@@ -49,11 +49,6 @@ func replicationConnInfo(primary *postgres.Instance, name string) string {
 		"password", replicationPassword, "application_name", name)
 }
 
-func superuserConnInfo(server *postgres.Instance) string {
-	return postgres.ConnInfo("host", "127.0.0.1", "port", strconv.Itoa(server.Port), "user", agentapi.Superuser,
-		"password", superuserPassword, "dbname", "postgres")
-}
-
 func exec(t *testing.T, conn *pgx.Conn, sql string, args ...any) {
 	t.Helper()
 	if _, err := conn.Exec(context.Background(), sql, args...); err != nil {

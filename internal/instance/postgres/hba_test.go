@@ -21,7 +21,7 @@ import (
 // logs in as the entry says.
 func TestUserHBAEntriesCannotReachPgpilotsRoles(t *testing.T) {
 	ctx := context.Background()
-	inst := initialised(t, "primary")
+	inst := initialised(t)
 	cluster := pgtest.Cluster(nil)
 	cluster.Spec.PostgreSQL.PgHBA = []string{"host all all 0.0.0.0/0 trust", "host replication all 0.0.0.0/0 trust"}
 	pgtest.WriteConfig(t, inst, cluster)
@@ -61,7 +61,7 @@ func TestUserHBAEntriesCannotReachPgpilotsRoles(t *testing.T) {
 // Secret's password would become that role's.
 func TestEnsureRolesRefusesAReservedApplicationOwner(t *testing.T) {
 	ctx := context.Background()
-	inst := initialised(t, "primary")
+	inst := initialised(t)
 	admin := startedAsSuperuser(t, inst)
 	for _, owner := range []string{agentapi.Superuser, agentapi.DefaultReplicationUser, agentapi.MonitorUser, "pg_monitor"} {
 		err := postgres.EnsureRoles(ctx, admin, postgres.Roles{Superuser: agentapi.Superuser, SuperuserPassword: superuserPassword,
@@ -82,7 +82,7 @@ func TestEnsureRolesRefusesAReservedApplicationOwner(t *testing.T) {
 // name 127.0.0.1 and ::1 only.
 func TestSuperuserNetworkAccess(t *testing.T) {
 	ctx := context.Background()
-	inst := initialised(t, "primary")
+	inst := initialised(t)
 	cluster := pgtest.Cluster(nil)
 	pgtest.WriteConfig(t, inst, cluster)
 	admin := startedAsSuperuser(t, inst)

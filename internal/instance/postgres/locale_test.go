@@ -19,7 +19,7 @@ import (
 func TestInitLocaleAndCollationVersionCheck(t *testing.T) {
 	ctx := context.Background()
 	major := pgtest.Major(t)
-	inst := initialised(t, "primary")
+	inst := initialised(t)
 	admin := startedAsSuperuser(t, inst)
 
 	var provider, collate string
@@ -79,7 +79,7 @@ func TestInitLocaleAndCollationVersionCheck(t *testing.T) {
 // anything starts, naming both.
 func TestCheckMajorRefusesAnotherMajorsData(t *testing.T) {
 	ctx := context.Background()
-	inst := initialised(t, "primary")
+	inst := initialised(t)
 	if err := inst.CheckMajor(ctx); err != nil {
 		t.Fatalf("its own data refused: %v", err)
 	}

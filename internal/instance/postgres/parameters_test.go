@@ -26,7 +26,7 @@ var harmlessParameters = []string{
 // with its allowlist. A new major adding such a setting fails here until it is classified.
 func TestEverySettingThatRunsCommandsOrLoadsCodeIsRestricted(t *testing.T) {
 	ctx := context.Background()
-	inst := initialised(t, "primary")
+	inst := initialised(t)
 	admin := startedAsSuperuser(t, inst)
 	rows, err := admin.Query(ctx, `SELECT name FROM pg_settings
 		WHERE name ~ '(command|librar|provider|_path$)' ORDER BY name`)

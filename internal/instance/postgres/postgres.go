@@ -70,9 +70,9 @@ func (i *Instance) InitDB(ctx context.Context, superuserPassword string) error {
 	if err != nil {
 		return err
 	}
-	args := []string{"--pgdata=" + i.DataDir, "--username=postgres", "--pwfile=" + pwfile,
-		"--auth-local=peer", "--auth-host=scram-sha-256", "--data-checksums", "--encoding=UTF8"}
-	return i.run(ctx, "initdb", append(args, InitLocale(major)...)...)
+	args := append([]string{"--pgdata=" + i.DataDir, "--username=postgres", "--pwfile=" + pwfile,
+		"--auth-local=peer", "--auth-host=scram-sha-256", "--data-checksums", "--encoding=UTF8"}, InitLocale(major)...)
+	return i.run(ctx, "initdb", args...)
 }
 
 // InitLocale is initdb's locale for a new cluster of major: a sort order that no C library or
@@ -365,5 +365,5 @@ func (i *Instance) logOutput() io.Writer {
 // writeSecretFile writes a file only the server's user can read, next to the data directory.
 func (i *Instance) writeSecretFile(name, content string) (string, error) {
 	path := filepath.Join(filepath.Dir(i.DataDir), name)
-	return path, i.writeOwned(path, content+"\n", 0o600)
+	return path, i.writeOwned(path, content+"\n")
 }

@@ -15,7 +15,7 @@ import (
 // with its own (ASCII, and a password SASLprep changes: a non-breaking space is a space).
 func TestEnsureRolesSendsVerifiersAndLogsNoPassword(t *testing.T) {
 	ctx := context.Background()
-	inst := initialised(t, "primary")
+	inst := initialised(t)
 	var log strings.Builder
 	inst.Output = &log
 	cluster := pgtest.Cluster(map[string]string{"log_statement": "all", "log_min_error_statement": "debug5"})

@@ -10,11 +10,11 @@ import (
 	"github.com/pgpilot/pgpilot-operator/test/pgtest"
 )
 
-// initialised is a new instance named name with a cluster in its data directory, not started
-// (a test may write its own configuration first).
-func initialised(t *testing.T, name string) *postgres.Instance {
+// initialised is a new instance with a cluster in its data directory, not started (a test may
+// write its own configuration first).
+func initialised(t *testing.T) *postgres.Instance {
 	t.Helper()
-	inst := pgtest.NewInstance(t, name)
+	inst := pgtest.NewInstance(t, "primary")
 	if err := inst.InitDB(context.Background(), superuserPassword); err != nil {
 		t.Fatal(err)
 	}
