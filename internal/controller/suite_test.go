@@ -182,9 +182,11 @@ func (c countingClient) Patch(ctx context.Context, obj client.Object, patch clie
 }
 
 func (c countingClient) Apply(ctx context.Context, obj runtime.ApplyConfiguration, opts ...client.ApplyOption) error {
+	namespace := "" // cluster-scoped
 	if ns, ok := obj.(interface{ GetNamespace() *string }); ok && ns.GetNamespace() != nil {
-		c.writes.add(*ns.GetNamespace())
+		namespace = *ns.GetNamespace()
 	}
+	c.writes.add(namespace)
 	return c.Client.Apply(ctx, obj, opts...)
 }
 
