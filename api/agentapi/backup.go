@@ -60,6 +60,10 @@ type RecoveryTarget struct {
 	Exclusive bool   `json:"exclusive,omitempty"`
 }
 
+// RecoveryTargetTime is the Type of a point in time: the operator sends it as RFC 3339, the
+// agent passes it to pgBackRest in PostgreSQL's form.
+const RecoveryTargetTime = "time"
+
 // Which repository's keys: the cluster's own, or the one a recovery restores from.
 const (
 	OwnRepository      = "backup"

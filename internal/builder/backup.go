@@ -83,7 +83,7 @@ func recoveryTarget(t *pgv1.RecoveryTarget) agentapi.RecoveryTarget {
 	target := agentapi.RecoveryTarget{Exclusive: t.Exclusive != nil && *t.Exclusive}
 	switch {
 	case t.Time != "":
-		target.Type, target.Value = "time", t.Time
+		target.Type, target.Value = agentapi.RecoveryTargetTime, t.Time
 	case t.LSN != "":
 		target.Type, target.Value = "lsn", t.LSN
 	case t.XID != "":

@@ -73,7 +73,7 @@ const (
 // (sslmode=verify-full; libpq reads the CA from sslrootcert or ~/.postgresql/root.crt), and the
 // CA itself.
 func AppConnection(c *pgv1.PostgresCluster, username, password string, ca []byte) map[string][]byte {
-	host := ReadWriteServiceName(c) + "." + c.Namespace + ".svc"
+	host := serviceHost(c, ReadWriteServiceName(c))
 	port := strconv.Itoa(agentapi.DefaultPostgresPort)
 	db := c.Spec.Bootstrap.InitDB.Database
 	uri := url.URL{Scheme: "postgresql", User: url.UserPassword(username, password), Host: net.JoinHostPort(host, port),

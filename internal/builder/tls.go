@@ -58,28 +58,28 @@ func RenewBefore(c *pgv1.PostgresCluster) time.Duration {
 func ServerDNSNames(c *pgv1.PostgresCluster) []string {
 	var names []string
 	for _, svc := range []string{ReadWriteServiceName(c), ReadOnlyServiceName(c), AnyServiceName(c)} {
-		names = append(names, svc, svc+"."+c.Namespace, svc+"."+c.Namespace+".svc", svc+"."+c.Namespace+".svc."+clusterDomain)
+		names = append(names, svc, svc+"."+c.Namespace, serviceHost(c, svc), serviceHost(c, svc)+"."+clusterDomain)
 	}
-	headless := HeadlessServiceName(c) + "." + c.Namespace + ".svc"
+	headless := serviceHost(c, HeadlessServiceName(c))
 	return append(names, "*."+headless, "*."+headless+"."+clusterDomain)
 }
 
 // AgentServerName is the name the operator verifies an agent's certificate for: any instance
 // of the cluster presents the one server certificate, which covers its -r Service.
 func AgentServerName(c *pgv1.PostgresCluster) string {
-	return AnyServiceName(c) + "." + c.Namespace + ".svc"
+	return serviceHost(c, AnyServiceName(c))
+}
+
+// serviceHost is service, one of the cluster's, by the name applications use: service.namespace.svc.
+func serviceHost(c *pgv1.PostgresCluster, service string) string {
+	return service + "." + c.Namespace + ".svc"
 }
 
 // UserServerNames are the names a user's server certificate (spec.certificates.serverTLSSecret)
 // must cover: the standbys' host, and every Service in the form applications use.
 func UserServerNames(c *pgv1.PostgresCluster) []string {
-	services := []string{ReadWriteServiceName(c), ReadOnlyServiceName(c), AnyServiceName(c)}
-	names := make([]string, 0, 1+len(services))
-	names = append(names, ReadWriteServiceName(c))
-	for _, svc := range services {
-		names = append(names, svc+"."+c.Namespace+".svc")
-	}
-	return names
+	return []string{ReadWriteServiceName(c), serviceHost(c, ReadWriteServiceName(c)),
+		serviceHost(c, ReadOnlyServiceName(c)), serviceHost(c, AnyServiceName(c))}
 }
 
 // Certificates are the PEM material of the cluster's certificate Secrets.

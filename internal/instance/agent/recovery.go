@@ -56,7 +56,7 @@ func (a *Agent) recover(ctx context.Context, rec *agentapi.Recovery) error {
 	}
 	a.Log.Info("restoring from the recovery repository", "path", rec.Repository.Path, "target", rec.Target.Type, "value", rec.Target.Value)
 	value := rec.Target.Value
-	if at, err := time.Parse(time.RFC3339Nano, value); err == nil && rec.Target.Type == pgbackrest.ByTime {
+	if at, err := time.Parse(time.RFC3339Nano, value); err == nil && rec.Target.Type == agentapi.RecoveryTargetTime {
 		value = pgbackrest.TimeTarget(at)
 	}
 	target := pgbackrest.Target{Type: rec.Target.Type, Value: value, Exclusive: rec.Target.Exclusive,

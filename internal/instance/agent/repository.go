@@ -70,8 +70,8 @@ func pgBackRestOptions(c agentapi.Config, b agentapi.BackupConfig, r agentapi.Re
 		// for it holds one archiver attempt no longer.
 		ArchiveTimeout: 30 * time.Second,
 	}
-	if b.RetentionFullType == pgbackrest.ByTime {
-		o.RetentionFullType = pgbackrest.ByTime
+	if b.RetentionFullType == pgbackrest.RetentionByTime {
+		o.RetentionFullType = pgbackrest.RetentionByTime
 	}
 	if r.CA {
 		o.Repository.CAFile = filepath.Join(c.CredentialsDir, agentapi.KeyFiles(which).CA)

@@ -97,9 +97,9 @@ const (
 	Incr = "incr"
 )
 
-// ByTime is the recovery target type of a point in time, and the retention type that counts
-// days rather than backups.
-const ByTime = "time"
+// RetentionByTime is the repo-retention-full-type that counts RetentionFull in days rather
+// than backups.
+const RetentionByTime = "time"
 
 // Backup takes a backup of the given type and enforces retention after it.
 func (r Runner) Backup(ctx context.Context, backupType string) error {
