@@ -1,8 +1,10 @@
 package agentapi
 
 import (
+	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -34,6 +36,17 @@ const (
 // TLSFiles are every file of the TLS directory.
 var TLSFiles = []string{TLSCAFile, TLSCertFile, TLSKeyFile, PostgresCertFile, PostgresKeyFile, ServerCAFile,
 	ClientCAFile, ReplicationCertFile, ReplicationKeyFile}
+
+// CertificatesDigest identifies the content of the TLS directory's files, given by name (the
+// TLS Secret's data, or the files an agent loaded): the same files, the same digest.
+func CertificatesDigest(files map[string][]byte) string {
+	h := sha256.New()
+	for _, name := range TLSFiles {
+		fmt.Fprintf(h, "%s %d\n", name, len(files[name]))
+		h.Write(files[name])
+	}
+	return hex.EncodeToString(h.Sum(nil))[:16]
+}
 
 // OperatorCommonName is the subject of the operator's client certificate, the one identity the
 // agent API serves.

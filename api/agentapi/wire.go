@@ -132,6 +132,11 @@ type Status struct {
 	// ConfigHash identifies the configuration files the server last loaded (ConfigHash); empty
 	// from an agent older than this field.
 	ConfigHash string `json:"configHash,omitempty"`
+	// CertificatesDigest identifies the certificate files the agent last loaded
+	// (CertificatesDigest of them); the operator moves a CA rotation on only once every instance
+	// has loaded what the cluster's TLS Secret holds. Empty without certificates (and from an
+	// agent older than this field).
+	CertificatesDigest string `json:"certificatesDigest,omitempty"`
 	// Replicas is, on a primary, every standby connected for streaming replication.
 	Replicas []ReplicaStatus `json:"replicas,omitempty"`
 	// Slots are the physical replication slots, which keep WAL for their standbys.

@@ -10,3 +10,10 @@ const SwitchoverAnnotation = "postgres.pgpilot.io/switchover-to"
 // request, onto the pods' template; a new value asks for another restart:
 // `kubectl annotate --overwrite pgc NAME postgres.pgpilot.io/restarted-at="$(date -Is)"`.
 const RestartAnnotation = "postgres.pgpilot.io/restarted-at"
+
+// RotateCAAnnotation on a PostgresCluster asks for a rotation of the cluster's certificate
+// authority, with overlap: the instances first trust the new CA beside the old, then every
+// certificate is issued again from it, then the old one is dropped, each step once every
+// instance has loaded the last; no restart. A new value, conventionally the time of the
+// request, asks for another: `kubectl annotate --overwrite pgc NAME postgres.pgpilot.io/rotate-ca="$(date -Is)"`.
+const RotateCAAnnotation = "postgres.pgpilot.io/rotate-ca"

@@ -1,7 +1,9 @@
 package builder
 
 import (
+	"bytes"
 	"fmt"
+	"slices"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -29,9 +31,55 @@ const (
 	clusterDomain     = "cluster.local"
 	defaultCertLife   = 90 * 24 * time.Hour
 	defaultRenewAhead = 7 * 24 * time.Hour
-	// CALifetime: the CA is not rotated; it outlives many renewals of what it issues.
-	CALifetime = 10 * 365 * 24 * time.Hour
+	// CALifetime: the CA outlives many renewals of what it issues; it is rotated (with
+	// overlap) when CARotateBefore of it is left, or when the cluster asks (RotateCAAnnotation).
+	CALifetime     = 10 * 365 * 24 * time.Hour
+	CARotateBefore = 365 * 24 * time.Hour
 )
+
+// Keys of the CA Secret during a rotation of the CA, which goes in two steps so that no party
+// ever meets a certificate it does not trust: first the next CA is trusted beside the signing
+// one (CANextCertKey, with its key), then it signs and the previous one is still trusted
+// (CAPreviousCertKey) until every certificate was issued again.
+const (
+	CANextCertKey     = "ca-next.crt"
+	CANextKeyKey      = "ca-next.key"
+	CAPreviousCertKey = "ca-previous.crt"
+)
+
+// CARotation is the step a CA Secret is at: none, trusting the next CA, or reissuing from it.
+type CARotation string
+
+const (
+	CARotationNone         CARotation = ""
+	CARotationTrusting     CARotation = "trusting the new CA beside the current one"
+	CARotationReissuing    CARotation = "issuing the certificates again from the new CA, the old one still trusted"
+	CARotatedForAnnotation            = "postgres.pgpilot.io/ca-rotated-for"
+)
+
+// CARotationOf says which step of a rotation the CA Secret ca is at.
+func CARotationOf(ca *corev1.Secret) CARotation {
+	switch {
+	case len(ca.Data[CANextCertKey]) > 0:
+		return CARotationTrusting
+	case len(ca.Data[CAPreviousCertKey]) > 0:
+		return CARotationReissuing
+	}
+	return CARotationNone
+}
+
+// CATrust is every CA certificate the cluster's parties trust, from its CA Secret ca: the
+// signing CA (agentapi.TLSCAFile), and during a rotation the next or the previous one. Outside
+// a rotation it is the signing CA's certificate as it is.
+func CATrust(ca *corev1.Secret) []byte {
+	bundle := slices.Clone(ca.Data[agentapi.TLSCAFile])
+	for _, key := range []string{CANextCertKey, CAPreviousCertKey} {
+		if extra := ca.Data[key]; len(extra) > 0 {
+			bundle = append(append(bytes.TrimRight(bundle, "\n"), '\n'), extra...)
+		}
+	}
+	return bundle
+}
 
 // RenewAtAnnotation on a certificate Secret is when its certificates are due for renewal
 // (RFC 3339), so that an idle reconcile decides without parsing them.

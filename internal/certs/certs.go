@@ -190,6 +190,24 @@ func ParseCertificate(data []byte) (*x509.Certificate, error) {
 	}
 }
 
+// IssuedBy says whether the first certificate of leafPEM was signed by the first of caPEM:
+// after a CA rotation, a certificate of the previous CA is issued again. The key identifiers
+// answer without a signature check when both certificates carry them (every reconcile asks).
+func IssuedBy(leafPEM, caPEM []byte) bool {
+	leaf, err := ParseCertificate(leafPEM)
+	if err != nil {
+		return false
+	}
+	ca, err := ParseCertificate(caPEM)
+	if err != nil {
+		return false
+	}
+	if len(leaf.AuthorityKeyId) > 0 && len(ca.SubjectKeyId) > 0 {
+		return bytes.Equal(leaf.AuthorityKeyId, ca.SubjectKeyId) && bytes.Equal(leaf.RawIssuer, ca.RawSubject)
+	}
+	return leaf.CheckSignatureFrom(ca) == nil
+}
+
 // Pool holds every certificate of a PEM bundle (a CA file may carry the old and the new CA).
 func Pool(bundle []byte) (*x509.CertPool, error) {
 	pool := x509.NewCertPool()

@@ -111,3 +111,17 @@ func TestRenewAt(t *testing.T) {
 		})
 	}
 }
+
+func TestIssuedBy(t *testing.T) {
+	current, next := mustAuthority(t), mustAuthority(t)
+	leaf := mustIssue(t, current, Request{CommonName: "x", Usage: Client, Validity: time.Hour})
+	if !IssuedBy(leaf.CertPEM, current.CertPEM) {
+		t.Error("a certificate is not issued by the CA that issued it")
+	}
+	if IssuedBy(leaf.CertPEM, next.CertPEM) {
+		t.Error("a certificate of one CA counts as issued by another")
+	}
+	if IssuedBy([]byte("not PEM"), current.CertPEM) || IssuedBy(leaf.CertPEM, nil) {
+		t.Error("unreadable input counts as issued")
+	}
+}

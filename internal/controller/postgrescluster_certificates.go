@@ -27,8 +27,9 @@ import (
 const reasonCertificatesInvalid = "CertificatesInvalid"
 
 // ensureCertificates keeps the cluster's CA and the certificates it issues: created once,
-// renewed when due (RenewAtAnnotation), each renewal an Event. The instances load renewed
-// certificates without a restart; the operator's client configuration follows its Secret.
+// renewed when due (RenewAtAnnotation), each renewal an Event, and the CA rotated with overlap
+// (postgrescluster_carotation.go). The instances load renewed certificates without a restart;
+// the operator's client configuration follows its Secret.
 func (r *PostgresClusterReconciler) ensureCertificates(ctx context.Context, s *scope) (*stop, error) {
 	now := r.now()
 	ca, st, err := r.ensureCASecret(ctx, s, now)
@@ -53,6 +54,7 @@ func (r *PostgresClusterReconciler) ensureCertificates(ctx context.Context, s *s
 		return invalidUntilFixed(reasonCertificatesInvalid, err.Error()), nil
 	}
 	s.agentTLS, s.caCert = config, server.Data[agentapi.ServerCAFile]
+	s.caSecret, s.certificatesDigest = ca, agentapi.CertificatesDigest(server.Data)
 	return nil, nil
 }
 
@@ -63,8 +65,9 @@ func (r *PostgresClusterReconciler) now() time.Time {
 	return time.Now()
 }
 
-// ensureCASecret creates the CA with the operator's client certificate, and renews the latter.
-// The CA itself is never replaced: every certificate in use chains to it.
+// ensureCASecret creates the CA with the operator's client certificate, starts a rotation of
+// the CA when one is due, and renews the operator's certificate. The CA itself is replaced only
+// by a rotation: every certificate in use chains to it.
 func (r *PostgresClusterReconciler) ensureCASecret(ctx context.Context, s *scope, now time.Time) (*corev1.Secret, *stop, error) {
 	c := s.cluster
 	existing, err := r.certificateSecret(ctx, c, pgbuilder.CASecretName(c))
@@ -77,19 +80,36 @@ func (r *PostgresClusterReconciler) ensureCASecret(ctx context.Context, s *scope
 	if missing := missingKeys(existing, agentapi.TLSCAFile, pgbuilder.CAKeyKey, pgbuilder.OperatorCertKey, pgbuilder.OperatorKeyKey); missing != "" {
 		return nil, invalidUntilFixed(reasonCertificatesInvalid, fmt.Sprintf("Secret %q has no %s; delete it for pgpilot to issue a new CA", existing.Name, missing)), nil
 	}
-	if !dueForRenewal(c, existing, now) {
+	renew := dueForRenewal(c, existing, now)
+	if why := caRotationDue(c, existing, renew, now); why != "" {
+		return r.startCARotation(ctx, s, existing, why, now)
+	}
+	if !renew {
 		return existing, nil, nil
 	}
-	authority := certs.Pair{CertPEM: existing.Data[agentapi.TLSCAFile], KeyPEM: existing.Data[pgbuilder.CAKeyKey]}
-	operator, renewAt, err := issueClient(c, authority, agentapi.OperatorCommonName, now)
+	desired, err := withOperatorCertificate(c, existing, now)
 	if err != nil {
 		return nil, invalidUntilFixed(reasonCertificatesInvalid, fmt.Sprintf("Secret %q: %v", existing.Name, err)), nil
 	}
-	desired := &corev1.Secret{Data: maps.Clone(existing.Data),
-		ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{pgbuilder.RenewAtAnnotation: renewAt.UTC().Format(time.RFC3339)}}}
-	desired.Data[pgbuilder.OperatorCertKey], desired.Data[pgbuilder.OperatorKeyKey] = operator.CertPEM, operator.KeyPEM
 	written, err := r.writeCertificateSecret(ctx, s, existing, desired, "the operator's client certificate")
 	return written, nil, err
+}
+
+// withOperatorCertificate is the CA Secret ca with the operator's client certificate issued
+// again from the CA it holds.
+func withOperatorCertificate(c *pgv1.PostgresCluster, ca *corev1.Secret, now time.Time) (*corev1.Secret, error) {
+	authority := certs.Pair{CertPEM: ca.Data[agentapi.TLSCAFile], KeyPEM: ca.Data[pgbuilder.CAKeyKey]}
+	operator, renewAt, err := issueClient(c, authority, agentapi.OperatorCommonName, now)
+	if err != nil {
+		return nil, err
+	}
+	desired := &corev1.Secret{Data: maps.Clone(ca.Data), ObjectMeta: metav1.ObjectMeta{Annotations: maps.Clone(ca.Annotations)}}
+	if desired.Annotations == nil {
+		desired.Annotations = map[string]string{}
+	}
+	desired.Annotations[pgbuilder.RenewAtAnnotation] = renewAt.UTC().Format(time.RFC3339)
+	desired.Data[pgbuilder.OperatorCertKey], desired.Data[pgbuilder.OperatorKeyKey] = operator.CertPEM, operator.KeyPEM
+	return desired, nil
 }
 
 func (r *PostgresClusterReconciler) createCASecret(ctx context.Context, s *scope, now time.Time) (*corev1.Secret, error) {
@@ -102,8 +122,12 @@ func (r *PostgresClusterReconciler) createCASecret(ctx context.Context, s *scope
 	if err != nil {
 		return nil, err
 	}
-	return r.createSecret(ctx, s, pgbuilder.BuildCASecret(c, pgbuilder.Certificates{CACert: authority.CertPEM,
-		CAKey: authority.KeyPEM, OperatorCert: operator.CertPEM, OperatorKey: operator.KeyPEM, CARenewAt: renewAt}))
+	secret := pgbuilder.BuildCASecret(c, pgbuilder.Certificates{CACert: authority.CertPEM,
+		CAKey: authority.KeyPEM, OperatorCert: operator.CertPEM, OperatorKey: operator.KeyPEM, CARenewAt: renewAt})
+	if request := c.Annotations[pgv1.RotateCAAnnotation]; request != "" {
+		secret.Annotations[pgbuilder.CARotatedForAnnotation] = request // a new CA answers it
+	}
+	return r.createSecret(ctx, s, secret)
 }
 
 // ensureMetricsSecret keeps the metrics client certificate, issued again when due or when the
@@ -115,11 +139,11 @@ func (r *PostgresClusterReconciler) ensureMetricsSecret(ctx context.Context, s *
 	if err != nil {
 		return nil, nil, err
 	}
-	caCert := ca.Data[agentapi.TLSCAFile]
-	if existing != nil && bytes.Equal(existing.Data[corev1.ServiceAccountRootCAKey], caCert) && !dueForRenewal(c, existing, now) {
+	caCert, authority := pgbuilder.CATrust(ca), signingCA(ca)
+	if existing != nil && bytes.Equal(existing.Data[corev1.ServiceAccountRootCAKey], caCert) &&
+		certs.IssuedBy(existing.Data[corev1.TLSCertKey], authority.CertPEM) && !dueForRenewal(c, existing, now) {
 		return existing, nil, nil
 	}
-	authority := certs.Pair{CertPEM: caCert, KeyPEM: ca.Data[pgbuilder.CAKeyKey]}
 	scraper, renewAt, err := issueClient(c, authority, agentapi.MetricsCommonName, now)
 	if err != nil {
 		return nil, invalidUntilFixed(reasonCertificatesInvalid, fmt.Sprintf("issue the metrics client certificate: %v", err)), nil
@@ -150,9 +174,9 @@ func (r *PostgresClusterReconciler) ensureTLSSecret(ctx context.Context, s *scop
 		}
 		user = userTLS{} // a new cluster starts with pgpilot's own and says why
 	}
-	clusterCA := certs.Pair{CertPEM: ca.Data[agentapi.TLSCAFile], KeyPEM: ca.Data[pgbuilder.CAKeyKey]}
-	want := user.over(clusterCA)
-	if existing != nil && want.current(existing) && !dueForRenewal(c, existing, now) {
+	clusterCA := signingCA(ca)
+	want := user.over(clusterCA, pgbuilder.CATrust(ca))
+	if existing != nil && want.current(existing, clusterCA.CertPEM) && !dueForRenewal(c, existing, now) {
 		return existing, nil, nil
 	}
 	issued, err := issueInstanceCertificates(c, clusterCA, want.clientCA, now)
@@ -163,7 +187,7 @@ func (r *PostgresClusterReconciler) ensureTLSSecret(ctx context.Context, s *scop
 	if user.server.CertPEM != nil {
 		issued.PostgresCert, issued.PostgresKey = user.server.CertPEM, user.server.KeyPEM
 	}
-	issued.ServerCA, issued.ClientCA = want.serverCA, want.clientCA.CertPEM
+	issued.CACert, issued.ServerCA, issued.ClientCA = want.clusterCA, want.serverCA, want.clientCAFile
 	written, err := r.writeCertificateSecret(ctx, s, existing, pgbuilder.BuildTLSSecret(c, issued), "the instances' certificates")
 	if err != nil {
 		return nil, nil, err
@@ -172,6 +196,11 @@ func (r *PostgresClusterReconciler) ensureTLSSecret(ctx context.Context, s *scop
 		s.certificatesRenewed = written.ResourceVersion
 	}
 	return written, nil, nil
+}
+
+// signingCA is the CA the cluster's certificates are issued from, in its CA Secret ca.
+func signingCA(ca *corev1.Secret) certs.Pair {
+	return certs.Pair{CertPEM: ca.Data[agentapi.TLSCAFile], KeyPEM: ca.Data[pgbuilder.CAKeyKey]}
 }
 
 // issueInstanceCertificates issues the agents' server certificate for every name the instances
@@ -187,7 +216,7 @@ func issueInstanceCertificates(c *pgv1.PostgresCluster, clusterCA, clientCA cert
 	if err != nil {
 		return pgbuilder.Certificates{}, err
 	}
-	return pgbuilder.Certificates{CACert: clusterCA.CertPEM, ServerCert: server.CertPEM, ServerKey: server.KeyPEM,
+	return pgbuilder.Certificates{ServerCert: server.CertPEM, ServerKey: server.KeyPEM,
 		ReplicationCert: replication.CertPEM, ReplicationKey: replication.KeyPEM, TLSRenewAt: renewAt}, nil
 }
 
@@ -266,13 +295,23 @@ func (r *PostgresClusterReconciler) writeCertificateSecret(ctx context.Context, 
 	}
 	renewed := existing.DeepCopy()
 	renewed.Data, renewed.Annotations = desired.Data, desired.Annotations
-	if err := r.Update(ctx, renewed, client.FieldOwner(pgbuilder.FieldOwner)); err != nil {
-		return nil, fmt.Errorf("renew secret %s: %w", renewed.Name, err)
+	written, err := r.updateSecret(ctx, renewed)
+	if err != nil {
+		return nil, err
 	}
-	recordWrite("Secret", "updated")
 	r.Recorder.Eventf(s.cluster, nil, corev1.EventTypeNormal, "CertificatesRenewed", "Renew",
 		"renewed %s (Secret %s); the instances load them without a restart", what, renewed.Name)
-	return renewed, nil
+	return written, nil
+}
+
+// updateSecret writes a certificate Secret as changed from the version read (its
+// resourceVersion): a stale cache fails with a conflict instead of undoing a newer step.
+func (r *PostgresClusterReconciler) updateSecret(ctx context.Context, secret *corev1.Secret) (*corev1.Secret, error) {
+	if err := r.Update(ctx, secret, client.FieldOwner(pgbuilder.FieldOwner)); err != nil {
+		return nil, fmt.Errorf("update secret %s: %w", secret.Name, err)
+	}
+	recordWrite("Secret", "updated")
+	return secret, nil
 }
 
 // loadAgentTLS gives the HA lane the operator's client certificate when the children's lane

@@ -67,6 +67,7 @@ func (r *PostgresClusterReconciler) followLane() []stage {
 		{"slots", r.dropRemovedSlots},
 		{"update", r.rollOutTemplate},
 		{"restarts", r.restartPending},
+		{"carotation", r.advanceCARotation},
 	}
 }
 

@@ -29,28 +29,32 @@ type userTLS struct {
 // tlsChoice is the authorities the instances' TLS Secret is to carry.
 type tlsChoice struct {
 	userTLS
-	clusterCA []byte
+	// clusterCA is every CA of the cluster trusted (pgbuilder.CATrust), and clientCAFile what
+	// PostgreSQL verifies client certificates with: the user's client CA, or clusterCA.
+	clusterCA, clientCAFile []byte
 }
 
-// over fills what the user did not supply with the cluster's CA. The user's server CA is
-// trusted beside the cluster's, not instead: while the kubelet updates one pod after another, a
-// standby still trusts the primary's certificate, old or new.
-func (u userTLS) over(clusterCA certs.Pair) tlsChoice {
-	choice := tlsChoice{userTLS: u, clusterCA: clusterCA.CertPEM}
-	choice.serverCA = clusterCA.CertPEM
+// over fills what the user did not supply with the cluster's CA (signing, the one that issues,
+// and trust, the ones trusted). The user's server CA is trusted beside the cluster's, not
+// instead: while the kubelet updates one pod after another, a standby still trusts the
+// primary's certificate, old or new.
+func (u userTLS) over(signing certs.Pair, trust []byte) tlsChoice {
+	choice := tlsChoice{userTLS: u, clusterCA: trust, clientCAFile: u.clientCA.CertPEM}
+	choice.serverCA = trust
 	if u.serverCA != nil {
-		choice.serverCA = append(append(bytes.TrimSpace(slices.Clone(u.serverCA)), '\n'), clusterCA.CertPEM...)
+		choice.serverCA = append(append(bytes.TrimSpace(slices.Clone(u.serverCA)), '\n'), trust...)
 	}
 	if choice.clientCA.CertPEM == nil {
-		choice.clientCA = clusterCA
+		choice.clientCA, choice.clientCAFile = signing, trust
 	}
 	return choice
 }
 
-// current says whether the TLS Secret already carries these choices: every key, issued under
-// the cluster's CA, the authorities chosen, and PostgreSQL's certificate the user's (or the
-// agents' own when the user supplies none).
-func (t tlsChoice) current(secret *corev1.Secret) bool {
+// current says whether the TLS Secret already carries these choices: every key, the agents'
+// and the replication user's certificates issued by the CA that issues now (signing), the
+// authorities chosen, and PostgreSQL's certificate the user's (or the agents' own when the
+// user supplies none).
+func (t tlsChoice) current(secret *corev1.Secret, signing []byte) bool {
 	d := secret.Data
 	postgresCert, postgresKey := d[agentapi.TLSCertFile], d[agentapi.TLSKeyFile]
 	if t.server.CertPEM != nil {
@@ -59,9 +63,11 @@ func (t tlsChoice) current(secret *corev1.Secret) bool {
 	return missingKeys(secret, agentapi.TLSFiles...) == "" &&
 		bytes.Equal(d[agentapi.TLSCAFile], t.clusterCA) &&
 		bytes.Equal(d[agentapi.ServerCAFile], t.serverCA) &&
-		bytes.Equal(d[agentapi.ClientCAFile], t.clientCA.CertPEM) &&
+		bytes.Equal(d[agentapi.ClientCAFile], t.clientCAFile) &&
 		bytes.Equal(d[agentapi.PostgresCertFile], postgresCert) &&
-		bytes.Equal(d[agentapi.PostgresKeyFile], postgresKey)
+		bytes.Equal(d[agentapi.PostgresKeyFile], postgresKey) &&
+		certs.IssuedBy(d[agentapi.TLSCertFile], signing) &&
+		certs.IssuedBy(d[agentapi.ReplicationCertFile], t.clientCA.CertPEM)
 }
 
 // userCertificates reads and checks the Secrets spec.certificates names. They are the user's,

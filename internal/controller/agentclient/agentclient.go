@@ -72,7 +72,7 @@ func (a *TLSConfigs) ForCluster(c *pgv1.PostgresCluster, ca *corev1.Secret) (*tl
 	if cached, ok := a.byCluster[key]; ok && cached.secretUID == ca.UID && cached.secretVersion == ca.ResourceVersion && ca.ResourceVersion != "" {
 		return cached.config, nil
 	}
-	config, err := agentapi.ClientTLS(ca.Data[agentapi.TLSCAFile], ca.Data[pgbuilder.OperatorCertKey],
+	config, err := agentapi.ClientTLS(pgbuilder.CATrust(ca), ca.Data[pgbuilder.OperatorCertKey],
 		ca.Data[pgbuilder.OperatorKeyKey], pgbuilder.AgentServerName(c))
 	if err != nil {
 		return nil, fmt.Errorf("secret %s: %w", ca.Name, err)

@@ -340,7 +340,17 @@ func (a *Agent) Ready(ctx context.Context) error {
 	return conn.Ping(ctx)
 }
 
+// Status is the instance as the operator sees it, with the certificates the agent loaded
+// whatever the server's state.
 func (a *Agent) Status(ctx context.Context) (*agentapi.Status, error) {
+	status, err := a.serverStatus(ctx)
+	if status != nil {
+		status.CertificatesDigest = a.tls.loadedDigest()
+	}
+	return status, err
+}
+
+func (a *Agent) serverStatus(ctx context.Context) (*agentapi.Status, error) {
 	if status := a.fencedStatus(); status != nil {
 		return status, nil
 	}

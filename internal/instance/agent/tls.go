@@ -38,6 +38,16 @@ type tlsState struct {
 	clientCAs atomic.Pointer[x509.CertPool]
 	// validity is each loaded certificate's, by its role, for the metrics.
 	validity atomic.Pointer[map[string][2]time.Time]
+	// digest identifies files for the status (agentapi.CertificatesDigest).
+	digest atomic.Pointer[string]
+}
+
+// loadedDigest is the digest of the certificates in use; "" before the first load.
+func (t *tlsState) loadedDigest() string {
+	if d := t.digest.Load(); d != nil {
+		return *d
+	}
+	return ""
 }
 
 // loadedCertificates name the certificates in the metrics (the label certificate) by file.
@@ -113,6 +123,8 @@ func (a *Agent) syncTLS() (bool, error) {
 	a.tls.cert.Store(&cert)
 	a.tls.clientCAs.Store(pool)
 	a.tls.validity.Store(&validity)
+	digest := agentapi.CertificatesDigest(files)
+	a.tls.digest.Store(&digest)
 	a.tls.files = files
 	return true, nil
 }
