@@ -172,23 +172,29 @@ var _ = Describe("Streaming replication", Ordered, func() {
 
 // expectReplication checks status.instancesStatus: one primary, the rest streaming replicas.
 func expectReplication(ctx context.Context, cluster *pgv1.PostgresCluster, instances int32) {
+	GinkgoHelper()
+	expectReplicationWith(ctx, Default, cluster, instances)
+}
+
+// expectReplicationWith is expectReplication for g, an Eventually's.
+func expectReplicationWith(ctx context.Context, g Gomega, cluster *pgv1.PostgresCluster, instances int32) {
 	current := &pgv1.PostgresCluster{}
-	Expect(k8s.Get(ctx, client.ObjectKeyFromObject(cluster), current)).To(Succeed())
-	Expect(current.Status.InstancesStatus).To(HaveLen(int(instances)))
+	g.Expect(k8s.Get(ctx, client.ObjectKeyFromObject(cluster), current)).To(Succeed())
+	g.Expect(current.Status.InstancesStatus).To(HaveLen(int(instances)))
 	primaries := 0
 	for _, st := range current.Status.InstancesStatus {
 		switch st.Role {
 		case "primary":
 			primaries++
-			Expect(st.Name).To(Equal(current.Status.CurrentPrimary))
+			g.Expect(st.Name).To(Equal(current.Status.CurrentPrimary))
 		case "replica":
-			Expect(st.Streaming).To(BeTrue(), "replica %s does not stream", st.Name)
-			Expect(st.LagBytes).NotTo(BeNil(), "the primary does not see replica %s", st.Name)
+			g.Expect(st.Streaming).To(BeTrue(), "replica %s does not stream", st.Name)
+			g.Expect(st.LagBytes).NotTo(BeNil(), "the primary does not see replica %s", st.Name)
 		default:
-			Fail(fmt.Sprintf("instance %s has role %q: %s", st.Name, st.Role, st.Error))
+			g.Expect(st.Role).To(BeElementOf("primary", "replica"), "instance %s: %s", st.Name, st.Error)
 		}
 	}
-	Expect(primaries).To(Equal(1))
+	g.Expect(primaries).To(Equal(1))
 }
 
 func scale(ctx context.Context, cluster *pgv1.PostgresCluster, instances int32) {

@@ -5,6 +5,7 @@ package e2e
 import (
 	"context"
 	"crypto/tls"
+	"encoding/pem"
 	"fmt"
 	"math/big"
 	"time"
@@ -70,6 +71,57 @@ func tlsSpecs(cluster func() *pgv1.PostgresCluster) {
 		expectReplication(ctx, c, c.Spec.Instances)
 	})
 
+	It("rotates its CA with overlap without dropping Ready, a write or replication by certificate", func(ctx SpecContext) {
+		c := cluster()
+		caKey := client.ObjectKey{Namespace: c.Namespace, Name: pgbuilder.CASecretName(c)}
+		before := &corev1.Secret{}
+		Expect(k8s.Get(ctx, caKey, before)).To(Succeed())
+		checker := startWriteChecker(ctx, c)
+		current := c.DeepCopy()
+		Expect(retryUpdate(ctx, current, func() {
+			if current.Annotations == nil {
+				current.Annotations = map[string]string{}
+			}
+			current.Annotations[pgv1.RotateCAAnnotation] = time.Now().UTC().Format(time.RFC3339)
+		})).To(Succeed())
+		start := time.Now()
+		steps := map[pgbuilder.CARotation]bool{}
+		ca := &corev1.Secret{}
+		Eventually(func(g Gomega) {
+			got := &pgv1.PostgresCluster{}
+			Expect(k8s.Get(ctx, client.ObjectKeyFromObject(c), got)).To(Succeed())
+			Expect(got.Status.Phase).To(Equal(pgv1.PhaseReady), "the cluster left Ready during the CA rotation")
+			g.Expect(k8s.Get(ctx, caKey, ca)).To(Succeed())
+			steps[pgbuilder.CARotationOf(ca)] = true
+			g.Expect(pgbuilder.CARotationOf(ca)).To(Equal(pgbuilder.CARotationNone))
+			g.Expect(ca.Data["ca.crt"]).NotTo(Equal(before.Data["ca.crt"]), "not rotated yet")
+			served := servedCertificate(ctx, c)
+			g.Expect(served).NotTo(BeNil())
+			g.Expect(certs.IssuedBy(served, ca.Data["ca.crt"])).To(BeTrue(), "the primary does not serve a certificate of the new CA yet")
+		}).WithTimeout(5 * time.Minute).WithPolling(2 * time.Second).Should(Succeed())
+		AddReportEntry("CA rotation, request to the old CA dropped", time.Since(start).Round(time.Second).String())
+		Expect(steps).To(HaveKey(pgbuilder.CARotationTrusting), "never seen trusting both CAs")
+		report := checker.finish(ctx, "CA rotation")
+		Expect(report.Failed).To(BeZero(), "writes failed during the CA rotation: %s", report)
+
+		By("the standbys reconnect with certificates of the new CA only, verified both ways")
+		conn := connectSuperuser(ctx, c)
+		defer func() { _ = conn.Close(ctx) }()
+		var dropped int
+		Expect(conn.QueryRow(ctx, "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_replication").Scan(&dropped)).To(Succeed())
+		Expect(dropped).To(BeEquivalentTo(c.Spec.Instances - 1))
+		Eventually(func(g Gomega) {
+			var byNewCertificate int
+			g.Expect(conn.QueryRow(ctx, `SELECT count(*) FROM pg_stat_replication r JOIN pg_stat_ssl s USING (pid)
+				WHERE r.state = 'streaming' AND s.ssl AND s.client_dn LIKE '%CN=streaming_replica%'`).Scan(&byNewCertificate)).To(Succeed())
+			g.Expect(byNewCertificate).To(BeEquivalentTo(c.Spec.Instances - 1))
+		}).WithTimeout(2 * time.Minute).WithPolling(2 * time.Second).Should(Succeed())
+		Eventually(func(g Gomega) { expectReplicationWith(ctx, g, c, c.Spec.Instances) }).WithTimeout(time.Minute).Should(Succeed())
+		logs, ok := psqlVerified(ctx, c, "tls-rotated", c.Name+"-app", "verify-full", "SELECT 'verified ' || ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()")
+		Expect(ok).To(BeTrue(), "a client verifying with the app Secret's CA failed after the rotation:\n%s", logs)
+		Expect(logs).To(ContainSubstring("verified t"))
+	})
+
 	It("serves the user's certificate once spec.certificates names it, verified with the app Secret's CA", func(ctx SpecContext) {
 		c := cluster()
 		userSerial := userServerSecret(ctx, c, c.Name+"-user-tls")
@@ -108,14 +160,24 @@ func setCertificates(ctx context.Context, c *pgv1.PostgresCluster, spec pgv1.Cer
 	Expect(retryUpdate(ctx, current, func() { current.Spec.Certificates = spec })).To(Succeed())
 }
 
-func serial(pem []byte) *big.Int {
-	cert, err := certs.ParseCertificate(pem)
+func serial(certPEM []byte) *big.Int {
+	cert, err := certs.ParseCertificate(certPEM)
 	Expect(err).NotTo(HaveOccurred())
 	return cert.SerialNumber
 }
 
 // servedSerial is the serial of the certificate the primary presents through -rw.
 func servedSerial(ctx context.Context, c *pgv1.PostgresCluster) *big.Int {
+	served := servedCertificate(ctx, c)
+	if served == nil {
+		return nil
+	}
+	return serial(served)
+}
+
+// servedCertificate is the certificate (PEM) the primary presents through -rw; nil when it
+// cannot be reached.
+func servedCertificate(ctx context.Context, c *pgv1.PostgresCluster) []byte {
 	config, err := pgx.ParseConfig(rwConnInfo(ctx, c, "app", "app") + " sslmode=require")
 	Expect(err).NotTo(HaveOccurred())
 	conn, err := pgx.ConnectConfig(ctx, config)
@@ -125,7 +187,7 @@ func servedSerial(ctx context.Context, c *pgv1.PostgresCluster) *big.Int {
 	defer func() { _ = conn.Close(ctx) }()
 	tlsConn, ok := conn.PgConn().Conn().(*tls.Conn)
 	Expect(ok).To(BeTrue(), "the connection is not TLS")
-	return tlsConn.ConnectionState().PeerCertificates[0].SerialNumber
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: tlsConn.ConnectionState().PeerCertificates[0].Raw})
 }
 
 // psqlVerified runs statement with psql from another pod through <cluster>-rw as the login of
