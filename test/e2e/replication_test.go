@@ -56,6 +56,7 @@ var _ = Describe("Streaming replication", Ordered, func() {
 	})
 
 	tlsSpecs(func() *pgv1.PostgresCluster { return cluster })
+	hostileTenantSpecs(func() *pgv1.PostgresCluster { return cluster })
 
 	It("scales 3 → 5 → 2 keeping the data and replication healthy", func(ctx SpecContext) {
 		for _, instances := range []int32{5, 2} {
