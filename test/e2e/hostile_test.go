@@ -22,6 +22,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -90,11 +91,14 @@ func hostileTenantSpecs(cluster func() *pgv1.PostgresCluster) {
 		})
 		Expect(apierrors.IsForbidden(err)).To(BeTrue(), "%v", err)
 		Expect(err.Error()).To(ContainSubstring("names a Secret you may not read: " + c.Name + "-superuser"))
-		current := &pgv1.PostgresCluster{}
-		Expect(editor.Get(ctx, client.ObjectKeyFromObject(c), current)).To(Succeed(), "the editor may read the cluster")
-		current.Spec.Monitoring.CustomQueries = []pgv1.CustomQueriesSource{{Secret: &corev1.SecretKeySelector{
-			LocalObjectReference: corev1.LocalObjectReference{Name: c.Name + "-superuser"}, Key: "password"}}}
-		err = editor.Update(ctx, current)
+		// The operator writes the cluster's status meanwhile: a conflict is tried again.
+		err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			current := &pgv1.PostgresCluster{}
+			Expect(editor.Get(ctx, client.ObjectKeyFromObject(c), current)).To(Succeed(), "the editor may read the cluster")
+			current.Spec.Monitoring.CustomQueries = []pgv1.CustomQueriesSource{{Secret: &corev1.SecretKeySelector{
+				LocalObjectReference: corev1.LocalObjectReference{Name: c.Name + "-superuser"}, Key: "password"}}}
+			return editor.Update(ctx, current)
+		})
 		Expect(apierrors.IsForbidden(err)).To(BeTrue(), "an update naming the superuser's Secret was admitted: %v", err)
 
 		By("and the role itself grants neither the Secret nor a shell in the pods")
@@ -150,7 +154,13 @@ func hostileTenantSpecs(cluster func() *pgv1.PostgresCluster) {
 			Ports:   []corev1.ContainerPort{{Name: "agent", ContainerPort: agentapi.DefaultAgentPort}}})
 		container.SecurityContext.RunAsUser = ptr.To[int64](65534)
 		container.VolumeMounts = []corev1.VolumeMount{{Name: "tmp", MountPath: "/tmp"}}
-		decoy := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: c.Name + "-7", Namespace: c.Namespace, Labels: pgbuilder.CommonLabels(c)},
+		// Owned by something else: the StatefulSet would adopt an orphan that matches its selector,
+		// and delete it as beyond its replicas.
+		owner := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "decoy-owner", Namespace: c.Namespace}}
+		Expect(k8s.Create(ctx, owner)).To(Succeed())
+		DeferCleanup(func(ctx SpecContext) { Expect(client.IgnoreNotFound(k8s.Delete(ctx, owner))).To(Succeed()) })
+		decoy := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: c.Name + "-7", Namespace: c.Namespace, Labels: pgbuilder.CommonLabels(c),
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: "v1", Kind: "ConfigMap", Name: owner.Name, UID: owner.UID, Controller: ptr.To(true)}}},
 			Spec: corev1.PodSpec{Containers: []corev1.Container{container},
 				Volumes: []corev1.Volume{{Name: "tmp", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}}}}
 		Expect(k8s.Create(ctx, decoy)).To(Succeed())

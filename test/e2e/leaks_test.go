@@ -90,6 +90,9 @@ func leakSources(ctx context.Context) map[string]string {
 	instances := &corev1.PodList{}
 	Expect(k8s.List(ctx, instances, client.MatchingLabels{"app.kubernetes.io/managed-by": "pgpilot"})).To(Succeed())
 	for _, pod := range instances.Items {
+		if owner := metav1.GetControllerOf(&pod); owner == nil || owner.Kind != "StatefulSet" {
+			continue // a pod that only carries the labels (the hostile-tenant decoy) runs no PostgreSQL
+		}
 		for _, previous := range []bool{false, true} {
 			where := fmt.Sprintf("log of %s/%s (previous run: %v)", pod.Namespace, pod.Name, previous)
 			texts[where] = newLogLines(ctx, &pod, "postgres", previous)
