@@ -26,11 +26,7 @@ import (
 var _ = Describe("CA rotation with a real agent", func() {
 	It("trusts the new CA before it issues, and drops the old one only once the instance uses the new certificates", func() {
 		cluster := createCluster(newCluster(newNamespace(), onHostServers, func(c *pgv1.PostgresCluster) { c.Spec.Instances = 1 }))
-		inst := pgtest.NewInstance(GinkgoT(), "db-0")
-		a := pgtest.StartAgent(GinkgoT(), agentConfig(cluster, "db-0", "db-0", inst.Port, inst), inst, clusterLeases(cluster))
-		agentAddresses.set(cluster.Namespace, "db-0", a.Address())
-		Eventually(func() error { return readyz(a) }, 90*time.Second).Should(Succeed())
-		markPodReady(cluster.Namespace, "db-0")
+		a := runAgentFor(cluster, "db-0", 0, "db-0", clusterLeases(cluster))
 		expectAgentAnswers(cluster)
 
 		secretOf := func(name string) *corev1.Secret {

@@ -3,7 +3,6 @@ package controller
 import (
 	"context"
 	"fmt"
-	"maps"
 	"strings"
 	"time"
 
@@ -49,8 +48,7 @@ func caRotationDue(c *pgv1.PostgresCluster, ca *corev1.Secret, renewing bool, no
 // issues until every instance has loaded the bundle.
 func (r *PostgresClusterReconciler) startCARotation(ctx context.Context, s *scope, ca *corev1.Secret, why string, now time.Time) (*corev1.Secret, *stop, error) {
 	c := s.cluster
-	name := fmt.Sprintf("%s/%s pgpilot CA %s", c.Namespace, c.Name, now.UTC().Format("20060102T150405Z"))
-	next, err := certs.NewAuthority(name, now, pgbuilder.CALifetime)
+	next, err := certs.NewAuthority(caCommonName(c)+" "+now.UTC().Format("20060102T150405Z"), now, pgbuilder.CALifetime)
 	if err != nil {
 		return nil, nil, fmt.Errorf("issue the next CA: %w", err)
 	}
@@ -74,10 +72,13 @@ func (r *PostgresClusterReconciler) startCARotation(ctx context.Context, s *scop
 // never the cluster: the certificates in use stay trusted throughout.
 func (r *PostgresClusterReconciler) advanceCARotation(ctx context.Context, s *scope) (*stop, error) {
 	ca := s.caSecret
-	if ca == nil || pgbuilder.CARotationOf(ca) == pgbuilder.CARotationNone {
+	if ca == nil {
 		return nil, nil
 	}
 	step := pgbuilder.CARotationOf(ca)
+	if step == pgbuilder.CARotationNone {
+		return nil, nil
+	}
 	if behind := instancesBehind(s); len(behind) > 0 {
 		return waitFor(reasonCARotation, fmt.Sprintf("rotating the cluster's CA, %s: waiting for %s to load the certificates",
 			step, strings.Join(behind, ", "))), nil
@@ -106,7 +107,6 @@ func (r *PostgresClusterReconciler) advanceCARotation(ctx context.Context, s *sc
 // previous one is dropped.
 func nextCARotationStep(c *pgv1.PostgresCluster, ca *corev1.Secret, now time.Time) (*corev1.Secret, error) {
 	desired := ca.DeepCopy()
-	desired.Data = maps.Clone(ca.Data)
 	if pgbuilder.CARotationOf(ca) == pgbuilder.CARotationReissuing {
 		delete(desired.Data, pgbuilder.CAPreviousCertKey)
 		return desired, nil
@@ -125,14 +125,16 @@ func nextCARotationStep(c *pgv1.PostgresCluster, ca *corev1.Secret, now time.Tim
 
 // instancesBehind are the instances whose agents have not reported loading the TLS Secret as it
 // is now. A pod that has not started yet is not waited for: it starts with the Secret as it is.
+// Only a rotation asks, so an idle reconcile hashes nothing.
 func instancesBehind(s *scope) []string {
+	loaded := agentapi.CertificatesDigest(s.tlsSecret.Data)
 	var behind []string
 	for i := range s.observed.Pods {
 		pod := &s.observed.Pods[i]
 		if !agentclient.ServesTLS(pod) || pod.Status.Phase == corev1.PodPending {
 			continue
 		}
-		if report := s.observed.Reports[pod.Name]; report == nil || report.CertificatesDigest != s.certificatesDigest {
+		if report := s.observed.Reports[pod.Name]; report == nil || report.CertificatesDigest != loaded {
 			behind = append(behind, pod.Name)
 		}
 	}

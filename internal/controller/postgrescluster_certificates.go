@@ -54,7 +54,7 @@ func (r *PostgresClusterReconciler) ensureCertificates(ctx context.Context, s *s
 		return invalidUntilFixed(reasonCertificatesInvalid, err.Error()), nil
 	}
 	s.agentTLS, s.caCert = config, server.Data[agentapi.ServerCAFile]
-	s.caSecret, s.certificatesDigest = ca, agentapi.CertificatesDigest(server.Data)
+	s.caSecret, s.tlsSecret = ca, server
 	return nil, nil
 }
 
@@ -98,8 +98,7 @@ func (r *PostgresClusterReconciler) ensureCASecret(ctx context.Context, s *scope
 // withOperatorCertificate is the CA Secret ca with the operator's client certificate issued
 // again from the CA it holds.
 func withOperatorCertificate(c *pgv1.PostgresCluster, ca *corev1.Secret, now time.Time) (*corev1.Secret, error) {
-	authority := certs.Pair{CertPEM: ca.Data[agentapi.TLSCAFile], KeyPEM: ca.Data[pgbuilder.CAKeyKey]}
-	operator, renewAt, err := issueClient(c, authority, agentapi.OperatorCommonName, now)
+	operator, renewAt, err := issueClient(c, signingCA(ca), agentapi.OperatorCommonName, now)
 	if err != nil {
 		return nil, err
 	}
@@ -114,7 +113,7 @@ func withOperatorCertificate(c *pgv1.PostgresCluster, ca *corev1.Secret, now tim
 
 func (r *PostgresClusterReconciler) createCASecret(ctx context.Context, s *scope, now time.Time) (*corev1.Secret, error) {
 	c := s.cluster
-	authority, err := certs.NewAuthority(c.Namespace+"/"+c.Name+" pgpilot CA", now, pgbuilder.CALifetime)
+	authority, err := certs.NewAuthority(caCommonName(c), now, pgbuilder.CALifetime)
 	if err != nil {
 		return nil, err
 	}
@@ -197,6 +196,9 @@ func (r *PostgresClusterReconciler) ensureTLSSecret(ctx context.Context, s *scop
 	}
 	return written, nil, nil
 }
+
+// caCommonName is the subject of the cluster's first CA; a rotated one adds when it was made.
+func caCommonName(c *pgv1.PostgresCluster) string { return c.Namespace + "/" + c.Name + " pgpilot CA" }
 
 // signingCA is the CA the cluster's certificates are issued from, in its CA Secret ca.
 func signingCA(ca *corev1.Secret) certs.Pair {

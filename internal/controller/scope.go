@@ -72,11 +72,9 @@ type scope struct {
 	// caCert verifies PostgreSQL's certificate (PEM, the cluster's CA and the user's server CA
 	// when spec.certificates names one), for the application Secret.
 	caCert []byte
-	// caSecret is the cluster's CA Secret as ensured, and certificatesDigest the digest of its
-	// TLS Secret's files (agentapi.CertificatesDigest), which a CA rotation waits for the agents
-	// to report.
-	caSecret           *corev1.Secret
-	certificatesDigest string
+	// caSecret and tlsSecret are the cluster's CA and TLS Secrets as ensured; a CA rotation
+	// waits for the agents to report the latter's files loaded (agentapi.CertificatesDigest).
+	caSecret, tlsSecret *corev1.Secret
 	// tlsRequired: every instance runs an agent with certificates, so the configuration may
 	// require TLS of every remote connection.
 	tlsRequired bool
