@@ -21,14 +21,28 @@ for pkg in "$@"; do
   (cd "$REPO_ROOT" && CGO_ENABLED=0 go test -c -o "$WORK/bin/$(basename "$pkg").test" "$pkg")
 done
 
+# The major upgrade tests need an older major's server carried in as a major upgrade carries it
+# (`agent carry`, run in the old major's own root): the oldest major's, from the host, whose
+# packages are that image's; the longest jump pgpilot offers. The result reaches the tests as
+# PGPILOT_PG_CARRIED.
+OLDEST=$(awk '$1 ~ /^[0-9]+$/ { print $1; exit }' "$REPO_ROOT/images/postgresql/majors")
+CARRIED=
+if (( MAJOR > OLDEST )); then
+  [[ -x /usr/lib/postgresql/$OLDEST/bin/postgres ]] || { echo "test-in-image: the host has no PostgreSQL $OLDEST to carry" >&2; exit 1; }
+  (cd "$REPO_ROOT" && CGO_ENABLED=0 go build -o "$WORK/bin/agent" ./cmd/agent)
+  CARRIED=$WORK/carried
+  "$WORK/bin/agent" carry "$OLDEST" "$CARRIED"
+fi
+
 # The paths the tests find outside the root, mounted at the same place inside it.
 shared=("$REPO_ROOT" "$WORK/bin")
+[[ -z $CARRIED ]] || shared+=("$CARRIED")
 [[ -z ${PGPILOT_VERSITYGW:-} ]] || shared+=("$(dirname "$PGPILOT_VERSITYGW")")
 
 # shellcheck disable=SC2016 # expanded by the inner bash
 unshare --mount --propagation private --fork -- bash -euo pipefail -c '
-  root=$1 work=$2 major=$3 repo=$4 count=$5
-  shift 5
+  root=$1 work=$2 major=$3 repo=$4 carried=$5 count=$6
+  shift 6
   merged=$work/merged
   mount -t overlay overlay -o "lowerdir=$root,upperdir=$work/upper,workdir=$work/overlay-work" "$merged"
   mount -t proc proc "$merged/proc"
@@ -43,7 +57,8 @@ unshare --mount --propagation private --fork -- bash -euo pipefail -c '
     echo "=== PostgreSQL $major: $pkg"
     chroot "$merged" env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root TMPDIR=/tmp \
       PGPILOT_PG_BINDIR="/usr/lib/postgresql/$major/bin" PGPILOT_VERSITYGW="${PGPILOT_VERSITYGW:-}" \
+      PGPILOT_PG_CARRIED="$carried" \
       sh -c "cd \"$repo/${pkg#./}\" && exec \"$work/bin/$(basename "$pkg").test\" -test.timeout=20m ${TEST_FLAGS:-}" || status=1
   done
   exit "$status"
-' _ "$ROOT" "$WORK" "$MAJOR" "$REPO_ROOT" "${#shared[@]}" "${shared[@]}" "$@"
+' _ "$ROOT" "$WORK" "$MAJOR" "$REPO_ROOT" "$CARRIED" "${#shared[@]}" "${shared[@]}" "$@"

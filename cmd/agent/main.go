@@ -24,6 +24,7 @@ import (
 
 	"github.com/pgpilot/pgpilot-operator/api/agentapi"
 	"github.com/pgpilot/pgpilot-operator/internal/instance/agent"
+	"github.com/pgpilot/pgpilot-operator/internal/instance/postgres"
 )
 
 func main() {
@@ -68,6 +69,19 @@ func newCommand(log logr.Logger) *cobra.Command {
 			// Everything after --superuser is psql's.
 			DisableFlagParsing: true,
 			RunE:               func(_ *cobra.Command, args []string) error { return agent.PsqlCommand(args) },
+		},
+		&cobra.Command{
+			Use:   "carry MAJOR DEST",
+			Short: "Copy this image's PostgreSQL MAJOR server and the libraries it links to DEST (a major upgrade's init container, in the old image)",
+			Args:  cobra.ExactArgs(2),
+			RunE: func(cmd *cobra.Command, args []string) error {
+				major, err := strconv.Atoi(args[0])
+				if err != nil {
+					return fmt.Errorf("carry: major %q: %w", args[0], err)
+				}
+				_, err = postgres.Carry(cmd.Context(), major, args[1])
+				return err
+			},
 		},
 		&cobra.Command{
 			Use:   "install DEST",

@@ -70,7 +70,7 @@ func (i *Instance) InitDB(ctx context.Context, superuserPassword string) error {
 	if err != nil {
 		return err
 	}
-	args := append([]string{"--pgdata=" + i.DataDir, "--username=postgres", "--pwfile=" + pwfile,
+	args := append([]string{"--pgdata=" + i.DataDir, "--username=" + bootstrapSuperuser, "--pwfile=" + pwfile,
 		"--auth-local=peer", "--auth-host=scram-sha-256", "--data-checksums", "--encoding=UTF8"}, InitLocale(major)...)
 	return i.run(ctx, "initdb", args...)
 }
@@ -109,7 +109,9 @@ func (i *Instance) CheckMajor(ctx context.Context) error {
 
 // BinariesMajor is the major version of the server binaries in BinDir (postgres --version).
 func (i *Instance) BinariesMajor(ctx context.Context) (int, error) {
-	out, err := exec.CommandContext(ctx, filepath.Join(i.BinDir, "postgres"), "--version").Output()
+	cmd := exec.CommandContext(ctx, filepath.Join(i.BinDir, "postgres"), "--version")
+	cmd.Env = append(os.Environ(), i.Env...)
+	out, err := cmd.Output()
 	if err != nil {
 		return 0, fmt.Errorf("postgres --version: %w", err)
 	}

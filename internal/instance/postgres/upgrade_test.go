@@ -1,0 +1,263 @@
+package postgres_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/pgpilot/pgpilot-operator/api/agentapi"
+	"github.com/pgpilot/pgpilot-operator/internal/instance/postgres"
+	"github.com/pgpilot/pgpilot-operator/test/pgtest"
+)
+
+// The major upgrade on real servers: a primary and a hot standby of the older major run from
+// binaries carried into this major's root (as the new image runs them), the check runs live
+// against the standby, and the standby, promoted and stopped, is upgraded by pg_upgrade of this
+// major. It runs in the newer majors' roots (make test-majors); on the oldest major there is
+// nothing to upgrade from.
+
+func skipOnOldestMajor(t *testing.T) {
+	if major := pgtest.Major(t); major == pgtest.OldestMajor {
+		t.Skipf("PostgreSQL %d is the oldest major: its upgrade tests run in the newer majors' roots (make test-majors)", major)
+	}
+}
+
+// oldMajorPair is a primary of the carried major with rows in an indexed table, and a hot
+// standby streaming from it.
+func oldMajorPair(t *testing.T, carried postgres.Carried) (primary, standby *postgres.Instance, admin *pgx.Conn) {
+	t.Helper()
+	ctx := context.Background()
+	primary = carriedInstance(t, carried, "old-primary")
+	if err := primary.InitDB(ctx, superuserPassword); err != nil {
+		t.Fatal(err)
+	}
+	admin = startedAsSuperuser(t, primary)
+	exec(t, admin, fmt.Sprintf("CREATE ROLE %s LOGIN REPLICATION PASSWORD 'repl'", agentapi.DefaultReplicationUser))
+	exec(t, admin, `CREATE TABLE orders (id bigint PRIMARY KEY, customer int NOT NULL, note text);
+		CREATE INDEX orders_customer ON orders (customer);
+		INSERT INTO orders SELECT g, g % 1000, md5(g::text) FROM generate_series(1, 200000) g`)
+	standby = carriedInstance(t, carried, "old-standby")
+	conninfo := fmt.Sprintf("host=%s port=%d user=%s application_name=standby", pgtest.Loopback, primary.Port, agentapi.DefaultReplicationUser)
+	if err := standby.Clone(ctx, conninfo, "repl", "standby"); err != nil {
+		t.Fatal(err)
+	}
+	if err := standby.Start(); err != nil {
+		t.Fatal(err)
+	}
+	return primary, standby, admin
+}
+
+// carriedInstance runs the carried binaries. pg_upgrade connects as the server's OS user over
+// the socket, as the agent does in a pod, so the peer map lets that user in too.
+func carriedInstance(t *testing.T, carried postgres.Carried, name string) *postgres.Instance {
+	inst := pgtest.NewInstance(t, name)
+	inst.BinDir, inst.Env = carried.BinDir(), carried.Env()
+	inst.IdentMap += fmt.Sprintf("%s postgres %s\n", agentapi.LocalSuperuserMap, agentapi.Superuser)
+	return inst
+}
+
+func TestMajorUpgradeCheckFindsEachProblemOnTheLiveStandby(t *testing.T) {
+	skipOnOldestMajor(t)
+	ctx := context.Background()
+	carried := pgtest.Carried(t)
+	_, standby, admin := oldMajorPair(t, carried)
+	// An extension made of SQL alone that the new major's installation lacks: pg_upgrade's own
+	// check does not see it.
+	control := filepath.Join(carried.Dir, "usr/share/postgresql", fmt.Sprint(carried.Major), "extension", "pgpilot_only_old")
+	writeFile(t, control+".control", "default_version = '1.0'\nrelocatable = true\n")
+	writeFile(t, control+"--1.0.sql", "CREATE FUNCTION pgpilot_only_old() RETURNS int LANGUAGE sql AS 'SELECT 1';\n")
+	// A view on a column PostgreSQL 17 removed: pg_upgrade's check passes it, its restore fails.
+	exec(t, admin, `CREATE TABLE uses_regproc (f regproc); CREATE EXTENSION pgpilot_only_old;
+		CREATE VIEW checkpoint_counts AS SELECT checkpoints_timed FROM pg_stat_bgwriter`)
+	waitReplayed(t, admin, standby)
+
+	upgrade := &postgres.MajorUpgrade{Old: standby, NewBinDir: pgtest.BinDir(t), Mode: postgres.UpgradeLink}
+	if err := upgrade.Prepare(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var failed *postgres.UpgradeCheckFailed
+	if err := upgrade.Check(ctx); !errors.As(err, &failed) {
+		t.Fatalf("Check() = %v, want the reg* column named", err)
+	}
+	if problems := strings.Join(failed.Problems, "\n"); !strings.Contains(problems, "reg*") || !strings.Contains(problems, "public.uses_regproc.f") {
+		t.Fatalf("problems %q do not name the reg* column", problems)
+	}
+	connect := func(ctx context.Context, database string) (*pgx.Conn, error) {
+		return postgres.ConnectLocal(ctx, standby.SocketDir, standby.Port, agentapi.Superuser, database)
+	}
+	missing, err := upgrade.MissingExtensions(ctx, connect)
+	if err != nil || len(missing) != 1 || missing[0] != "pgpilot_only_old in postgres" {
+		t.Fatalf("MissingExtensions() = %q, %v; want pgpilot_only_old in postgres", missing, err)
+	}
+	exec(t, admin, `DROP TABLE uses_regproc; DROP EXTENSION pgpilot_only_old`)
+	waitReplayed(t, admin, standby)
+	if err := upgrade.Check(ctx); err != nil {
+		t.Fatalf("Check() without the reg* column = %v; the view is past what it sees", err)
+	}
+	if err := upgrade.Rehearse(ctx, connect); !errors.As(err, &failed) {
+		t.Fatalf("Rehearse() = %v, want the view's restore failure", err)
+	}
+	if problems := strings.Join(failed.Problems, "\n"); !strings.Contains(problems, "database postgres does not restore") || !strings.Contains(problems, "checkpoints_timed") {
+		t.Fatalf("problems %q do not name the view's column", problems)
+	}
+	t.Logf("the rehearsal found: %s", failed.Problems)
+
+	exec(t, admin, `DROP VIEW checkpoint_counts`)
+	waitReplayed(t, admin, standby)
+	if err := upgrade.Rehearse(ctx, connect); err != nil {
+		t.Fatalf("Rehearse() after the fixes = %v", err)
+	}
+	if err := upgrade.Check(ctx); err != nil {
+		t.Fatalf("Check() after the rehearsal = %v", err)
+	}
+	if missing, err := upgrade.MissingExtensions(ctx, connect); err != nil || len(missing) != 0 {
+		t.Fatalf("MissingExtensions() after the fixes = %q, %v", missing, err)
+	}
+	if !standby.Running() || !standby.IsStandby() {
+		t.Fatal("the checks stopped or changed the live standby")
+	}
+}
+
+func TestMajorUpgradeLinksThePromotedStandbyAndRevertsBeforeThePointOfNoReturn(t *testing.T) {
+	skipOnOldestMajor(t)
+	ctx := context.Background()
+	carried := pgtest.Carried(t)
+	primary, standby, admin := oldMajorPair(t, carried)
+	waitReplayed(t, admin, standby)
+	relation := relationPath(t, admin, "orders")
+	// A clean stop of the primary, a promotion of the standby that received everything, and
+	// its clean stop: the state pg_upgrade accepts (a standby shut down in recovery it refuses).
+	if err := primary.Stop(time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if err := standby.Promote(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := standby.Stop(time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	upgrade := &postgres.MajorUpgrade{Old: standby, NewBinDir: pgtest.BinDir(t), Mode: postgres.UpgradeLink}
+	if err := upgrade.Prepare(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := upgrade.Run(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if state, err := upgrade.State(); err != nil || state.Step != postgres.UpgradeSwapped || state.From != carried.Major {
+		t.Fatalf("State() = %+v, %v; want swapped from %d", state, err, carried.Major)
+	}
+
+	// Before the point of no return the old cluster comes back whole.
+	if err := upgrade.Revert(); err != nil {
+		t.Fatal(err)
+	}
+	countOrders(t, standby, 200000)
+	if err := standby.Stop(time.Minute); err != nil {
+		t.Fatal(err)
+	}
+
+	if err := upgrade.Prepare(ctx); err != nil {
+		t.Fatal(err)
+	}
+	started := time.Now()
+	if err := upgrade.Run(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("pg_upgrade --link of PostgreSQL %d to %d: %s", carried.Major, pgtest.Major(t), time.Since(started).Round(time.Millisecond))
+	if err := upgrade.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	if err := upgrade.Revert(); err == nil {
+		t.Fatal("Revert() after the point of no return succeeded")
+	}
+	upgraded := standby
+	upgraded.BinDir, upgraded.Env = pgtest.BinDir(t), nil
+	conn := countOrders(t, upgraded, 200000)
+	var version int
+	if err := conn.QueryRow(ctx, "SELECT current_setting('server_version_num')::int / 10000").Scan(&version); err != nil || version != pgtest.Major(t) {
+		t.Fatalf("server major = %d (%v), want %d", version, err, pgtest.Major(t))
+	}
+	// Linked, not copied: the relation file is the old cluster's very inode.
+	if got := relationPath(t, conn, "orders"); got != relation {
+		t.Fatalf("orders is at %s after the upgrade, %s before: relfilenodes are kept from 15 on", got, relation)
+	}
+	if inode(t, filepath.Join(upgraded.DataDir, relation)) != inode(t, filepath.Join(upgrade.PreviousDataDir(), relation)) {
+		t.Fatal("the relation file was copied, not linked")
+	}
+	if err := upgrade.Finish(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(upgrade.PreviousDataDir()); !os.IsNotExist(err) {
+		t.Fatalf("the previous data directory is still there after a link upgrade finished: %v", err)
+	}
+	countOrders(t, upgraded, 200000)
+}
+
+func countOrders(t *testing.T, inst *postgres.Instance, want int) *pgx.Conn {
+	t.Helper()
+	if !inst.Running() {
+		if err := inst.Start(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	conn := pgtest.Connect(t, inst, agentapi.Superuser, superuserPassword, "postgres")
+	var got int
+	if err := conn.QueryRow(context.Background(), "SELECT count(*) FROM orders WHERE customer >= 0").Scan(&got); err != nil || got != want {
+		t.Fatalf("orders = %d (%v), want %d", got, err, want)
+	}
+	return conn
+}
+
+func relationPath(t *testing.T, conn *pgx.Conn, table string) string {
+	t.Helper()
+	var path string
+	if err := conn.QueryRow(context.Background(), "SELECT pg_relation_filepath($1)", table).Scan(&path); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+func inode(t *testing.T, path string) uint64 {
+	t.Helper()
+	info, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return info.Sys().(*syscall.Stat_t).Ino
+}
+
+func writeFile(t *testing.T, path, content string) {
+	t.Helper()
+	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.Remove(path) })
+}
+
+// waitReplayed waits until standby replayed everything the primary wrote so far.
+func waitReplayed(t *testing.T, primary *pgx.Conn, standby *postgres.Instance) {
+	t.Helper()
+	var lsn string
+	if err := primary.QueryRow(context.Background(), "SELECT pg_current_wal_lsn()::text").Scan(&lsn); err != nil {
+		t.Fatal(err)
+	}
+	conn := pgtest.Connect(t, standby, agentapi.Superuser, superuserPassword, "postgres")
+	pgtest.Eventually(t, "standby replayed "+lsn, func() error {
+		var caught bool
+		if err := conn.QueryRow(context.Background(), "SELECT pg_last_wal_replay_lsn() >= $1::pg_lsn", lsn).Scan(&caught); err != nil {
+			return err
+		}
+		if !caught {
+			return errors.New("behind")
+		}
+		return nil
+	})
+}
