@@ -84,6 +84,9 @@ type Config struct {
 	ReplicationUser string
 	// BinDir holds the PostgreSQL server binaries; empty means look for them.
 	BinDir string
+	// CarriedDir holds an older major's server, carried from its image for a major upgrade
+	// (agent carry): the instance runs it while its data directory is of that major.
+	CarriedDir string
 	// CredentialsDir holds the credentials, one file each (ReadCredentials): the Secrets,
 	// projected by the kubelet, which keeps the files up to date when a Secret changes.
 	CredentialsDir string
@@ -156,6 +159,7 @@ var variables = []variable{
 	{name: "PGPILOT_METRICS_PORT", fallback: strconv.Itoa(DefaultMetricsPort), field: number(func(c *Config) *int { return &c.MetricsPort })},
 	{name: "PGPILOT_REPLICATION_USER", fallback: DefaultReplicationUser, field: text(func(c *Config) *string { return &c.ReplicationUser })},
 	{name: "PGPILOT_PG_BINDIR", field: text(func(c *Config) *string { return &c.BinDir })},
+	{name: "PGPILOT_CARRIED_DIR", field: text(func(c *Config) *string { return &c.CarriedDir })},
 	{name: "PGPILOT_CUSTOM_QUERIES_DIR", field: text(func(c *Config) *string { return &c.CustomQueriesDir })},
 	{name: TLSDirVariable, field: text(func(c *Config) *string { return &c.TLSDir })},
 }

@@ -3,8 +3,6 @@ package pgtest
 import (
 	"context"
 	"os"
-	"path/filepath"
-	"strconv"
 
 	"github.com/pgpilot/pgpilot-operator/internal/instance/postgres"
 )
@@ -23,15 +21,10 @@ func Carried(t TB) postgres.Carried {
 	if dir == "" {
 		t.Fatalf("PGPILOT_PG_CARRIED is not set: the upgrade tests of PostgreSQL %d need an older major's carried binaries (make test-majors)", Major(t))
 	}
-	majors, _ := filepath.Glob(filepath.Join(dir, "usr/lib/postgresql/*"))
-	if len(majors) != 1 {
-		t.Fatalf("PGPILOT_PG_CARRIED=%s holds %d majors, want one", dir, len(majors))
+	carried, found, err := postgres.FindCarried(dir)
+	if err != nil || !found {
+		t.Fatalf("PGPILOT_PG_CARRIED=%s holds no carried server (%v)", dir, err)
 	}
-	major, err := strconv.Atoi(filepath.Base(majors[0]))
-	if err != nil {
-		t.Fatal(err)
-	}
-	carried := postgres.Carried{Dir: dir, Major: major}
 	if err := carried.Link(context.Background()); err != nil {
 		t.Fatal(err)
 	}

@@ -147,10 +147,18 @@ func (a *Agent) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	// Before the data directory is judged empty: an upgrade stopped between its two renames
+	// left none in place.
+	if err := a.recoverMajorUpgrade(); err != nil {
+		return err
+	}
 	if !a.Instance.Initialised() || a.restoring() {
 		if err := a.bootstrap(ctx, lease); err != nil {
 			return fmt.Errorf("bootstrap: %w", err)
 		}
+	}
+	if err := a.runDataDirectoryMajor(ctx); err != nil {
+		return err
 	}
 	if err := a.Instance.CheckMajor(ctx); err != nil {
 		return err

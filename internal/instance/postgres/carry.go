@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -43,6 +44,37 @@ func (c Carried) shareDir() string {
 // links to those of them the image they run in lacks (Link).
 func (c Carried) allLibraries() string     { return filepath.Join(c.Dir, "lib-all") }
 func (c Carried) missingLibraries() string { return filepath.Join(c.Dir, "lib") }
+
+// FindCarried is the server carried into dir, if dir holds one (of one major).
+func FindCarried(dir string) (Carried, bool, error) {
+	majors, err := filepath.Glob(filepath.Join(dir, "usr/lib/postgresql/*"))
+	if err != nil || len(majors) == 0 {
+		return Carried{}, false, err
+	}
+	if len(majors) > 1 {
+		return Carried{}, false, fmt.Errorf("%s holds %d carried majors, want one", dir, len(majors))
+	}
+	major, err := strconv.Atoi(filepath.Base(majors[0]))
+	if err != nil {
+		return Carried{}, false, fmt.Errorf("carried major %s: %w", majors[0], err)
+	}
+	return Carried{Dir: dir, Major: major}, true, nil
+}
+
+// UseCarried makes the instance run the carried server when its data directory is of the
+// carried major: an instance rolled to the new major's image ahead of its upgrade runs its old
+// data until then. It says whether it did.
+func (i *Instance) UseCarried(ctx context.Context, c Carried) (bool, error) {
+	dataMajor, err := i.DataMajor()
+	if err != nil || dataMajor != c.Major {
+		return false, err
+	}
+	if err := c.Link(ctx); err != nil {
+		return false, err
+	}
+	i.BinDir, i.Env = c.BinDir(), append(slices.Clip(i.Env), c.Env()...)
+	return true, nil
+}
 
 // Env is the environment the carried binaries run with. Only libraries the running image lacks
 // are on the path, so the new major's binaries, which inherit it through pg_upgrade, load their

@@ -92,19 +92,32 @@ func InitLocale(major int) []string {
 // the wrong major in spec.image): PostgreSQL would refuse it too, with a message that does not
 // say what to change.
 func (i *Instance) CheckMajor(ctx context.Context) error {
-	data, err := os.ReadFile(filepath.Join(i.DataDir, "PG_VERSION"))
+	dataMajor, err := i.DataMajor()
 	if err != nil {
-		return fmt.Errorf("read the data directory's major: %w", err)
+		return err
 	}
 	binaries, err := i.BinariesMajor(ctx)
 	if err != nil {
 		return err
 	}
-	if dataMajor := strings.TrimSpace(string(data)); dataMajor != strconv.Itoa(binaries) {
-		return fmt.Errorf("the data directory is PostgreSQL %s but this image's server is PostgreSQL %d: "+
-			"run the instance on an image of PostgreSQL %s (spec.image), nothing was changed", dataMajor, binaries, dataMajor)
+	if dataMajor != binaries {
+		return fmt.Errorf("the data directory is PostgreSQL %d but this image's server is PostgreSQL %d: "+
+			"run the instance on an image of PostgreSQL %d (spec.image), nothing was changed", dataMajor, binaries, dataMajor)
 	}
 	return nil
+}
+
+// DataMajor is the major of the data directory (PG_VERSION).
+func (i *Instance) DataMajor() (int, error) {
+	data, err := os.ReadFile(filepath.Join(i.DataDir, "PG_VERSION"))
+	if err != nil {
+		return 0, fmt.Errorf("read the data directory's major: %w", err)
+	}
+	major, err := strconv.Atoi(strings.TrimSpace(string(data)))
+	if err != nil {
+		return 0, fmt.Errorf("the data directory's PG_VERSION %q: %w", data, err)
+	}
+	return major, nil
 }
 
 // BinariesMajor is the major version of the server binaries in BinDir (postgres --version).
@@ -202,17 +215,24 @@ func (i *Instance) removeStaleLockFile() error {
 	if err != nil {
 		return err
 	}
-	first, _, _ := strings.Cut(string(data), "\n")
-	if pid, err := strconv.Atoi(strings.TrimSpace(first)); err == nil && pid > 0 {
-		comm, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
-		if err == nil && strings.TrimSpace(string(comm)) == "postgres" {
-			return fmt.Errorf("postmaster.pid names process %d, a running postgres: another server uses %s", pid, i.DataDir)
-		}
+	if pid, running := runningPostmaster(data); running {
+		return fmt.Errorf("postmaster.pid names process %d, a running postgres: another server uses %s", pid, i.DataDir)
 	}
 	if err := os.Remove(path); err != nil {
 		return fmt.Errorf("remove stale postmaster.pid: %w", err)
 	}
 	return nil
+}
+
+// runningPostmaster is the PID a postmaster.pid file names, and whether it is a running postgres.
+func runningPostmaster(lockFile []byte) (int, bool) {
+	first, _, _ := strings.Cut(string(lockFile), "\n")
+	pid, err := strconv.Atoi(strings.TrimSpace(first))
+	if err != nil || pid <= 0 {
+		return 0, false
+	}
+	comm, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
+	return pid, err == nil && strings.TrimSpace(string(comm)) == "postgres"
 }
 
 // Exited is closed once the postmaster has stopped.

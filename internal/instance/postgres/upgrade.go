@@ -12,6 +12,7 @@ import (
 	"regexp"
 	"strconv"
 	"syscall"
+	"time"
 )
 
 // UpgradeMode is how pg_upgrade moves the user's relation files into the new cluster.
@@ -203,11 +204,15 @@ func (u *MajorUpgrade) Revert() error {
 	if state.Step == UpgradeCommitted {
 		return errors.New("the upgrade passed its point of no return: the new major's server ran on the linked files")
 	}
+	if err := stopDetachedServers(u.Old.DataDir, u.NextDataDir(), u.PreviousDataDir()); err != nil {
+		return err
+	}
 	if _, err := os.Stat(u.PreviousDataDir()); err == nil {
 		if err := os.RemoveAll(u.NextDataDir()); err != nil {
 			return err
 		}
-		if err := os.Rename(u.Old.DataDir, u.NextDataDir()); err != nil {
+		// The swap may have stopped between its two renames, leaving no data directory.
+		if err := os.Rename(u.Old.DataDir, u.NextDataDir()); err != nil && !os.IsNotExist(err) {
 			return err
 		}
 		if err := os.Rename(u.PreviousDataDir(), u.Old.DataDir); err != nil {
@@ -226,6 +231,48 @@ func (u *MajorUpgrade) Revert() error {
 		return err
 	}
 	return os.Remove(u.statePath())
+}
+
+// Recover ends what an interrupted upgrade left, for an agent starting over the data directory:
+// before the point of no return the old cluster is put back as it was (Revert), after it the
+// upgrade is finished (the new cluster is the data directory already). It returns the step it
+// found, "" when no upgrade was under way.
+func (u *MajorUpgrade) Recover() (UpgradeStep, error) {
+	state, err := u.State()
+	if err != nil || state == nil {
+		return "", err
+	}
+	if state.Step == UpgradeCommitted {
+		return state.Step, u.Finish()
+	}
+	return state.Step, u.Revert()
+}
+
+// stopDetachedServers stops the servers a killed pg_upgrade left running on dirs: pg_ctl
+// detaches the servers it starts, so they outlive pg_upgrade. A fast shutdown first, then
+// an immediate one.
+func stopDetachedServers(dirs ...string) error {
+	for _, dir := range dirs {
+		data, err := os.ReadFile(filepath.Join(dir, "postmaster.pid"))
+		if err != nil {
+			continue
+		}
+		pid, running := runningPostmaster(data)
+		for _, signal := range []syscall.Signal{syscall.SIGINT, syscall.SIGQUIT, syscall.SIGKILL} {
+			if !running {
+				break
+			}
+			_ = syscall.Kill(pid, signal)
+			for wait := 0; wait < 300 && running; wait++ {
+				time.Sleep(100 * time.Millisecond)
+				_, running = runningPostmaster(data)
+			}
+		}
+		if running {
+			return fmt.Errorf("the server pg_upgrade left on %s (PID %d) does not stop", dir, pid)
+		}
+	}
+	return nil
 }
 
 // Finish ends an upgrade whose new server runs: in link mode the previous cluster's directory

@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"os"
@@ -9,6 +10,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"syscall"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -146,4 +148,97 @@ func installedExtensions(ctx context.Context, connect func(ctx context.Context, 
 		return nil, fmt.Errorf("list the extensions of %s: %w", database, err)
 	}
 	return pgx.CollectRows(rows, pgx.RowTo[string])
+}
+
+// spaceMargin is room left for the new cluster's WAL and pg_upgrade's logs and dumps.
+const spaceMargin = 256 << 20
+
+// CheckSpace makes sure the data directory's volume holds what the mode writes: the new
+// catalogs for a link upgrade, a copy of every database for a copy upgrade, each with a margin.
+func (u *MajorUpgrade) CheckSpace(ctx context.Context, connect func(ctx context.Context, database string) (*pgx.Conn, error)) error {
+	databases, err := restoredDatabases(ctx, connect)
+	if err != nil {
+		return err
+	}
+	var needed int64
+	for _, database := range databases {
+		size, err := upgradeWrites(ctx, connect, database, u.Mode)
+		if err != nil {
+			return err
+		}
+		needed += size
+	}
+	var fs syscall.Statfs_t
+	if err := syscall.Statfs(filepath.Dir(u.Old.DataDir), &fs); err != nil {
+		return fmt.Errorf("free space of the data volume: %w", err)
+	}
+	if problem := spaceProblem(u.Mode, needed+spaceMargin, int64(fs.Bavail)*fs.Bsize); problem != "" {
+		return &UpgradeCheckFailed{Problems: []string{problem}}
+	}
+	return nil
+}
+
+// upgradeWrites is what the upgrade writes for one database: its system catalogs when linking
+// (the user's files are linked), all of it when copying.
+func upgradeWrites(ctx context.Context, connect func(ctx context.Context, database string) (*pgx.Conn, error), database string, mode UpgradeMode) (int64, error) {
+	conn, err := connect(ctx, database)
+	if err != nil {
+		return 0, fmt.Errorf("connect to %s: %w", database, err)
+	}
+	defer func() { _ = conn.Close(ctx) }()
+	query := `SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0)::bigint FROM pg_class c
+		JOIN pg_namespace n ON n.oid = c.relnamespace
+		WHERE n.nspname IN ('pg_catalog', 'information_schema') AND c.relkind IN ('r', 'm')`
+	if mode == UpgradeCopy {
+		query = "SELECT pg_database_size(current_database())"
+	}
+	var size int64
+	if err := conn.QueryRow(ctx, query).Scan(&size); err != nil {
+		return 0, fmt.Errorf("size of %s: %w", database, err)
+	}
+	return size, nil
+}
+
+// spaceProblem says why free bytes cannot hold what a mode's upgrade writes, "" when they can.
+func spaceProblem(mode UpgradeMode, needed, free int64) string {
+	if free >= needed {
+		return ""
+	}
+	return fmt.Sprintf("not enough free space for a %s upgrade: it writes about %d MiB, the data volume has %d MiB free",
+		mode, needed>>20, free>>20)
+}
+
+// CheckAll runs every check against the old cluster as it runs (a hot standby): pg_upgrade's,
+// the extensions, the rehearsal of the schema's restore and the space, and returns every
+// problem found, none when the upgrade may start. The new cluster is prepared on the way.
+func (u *MajorUpgrade) CheckAll(ctx context.Context, connect func(ctx context.Context, database string) (*pgx.Conn, error)) ([]string, error) {
+	if err := u.Prepare(ctx); err != nil {
+		return nil, err
+	}
+	var problems []string
+	collect := func(err error) error {
+		var failed *UpgradeCheckFailed
+		if errors.As(err, &failed) {
+			problems = append(problems, failed.Problems...)
+			return nil
+		}
+		return err
+	}
+	if err := collect(u.Check(ctx)); err != nil {
+		return nil, err
+	}
+	missing, err := u.MissingExtensions(ctx, connect)
+	if err != nil {
+		return nil, err
+	}
+	for _, extension := range missing {
+		problems = append(problems, "extension "+extension+" is not in the new image")
+	}
+	if err := collect(u.Rehearse(ctx, connect)); err != nil {
+		return nil, err
+	}
+	if err := collect(u.CheckSpace(ctx, connect)); err != nil {
+		return nil, err
+	}
+	return problems, nil
 }

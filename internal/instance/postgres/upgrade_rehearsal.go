@@ -36,6 +36,10 @@ func (u *MajorUpgrade) Rehearse(ctx context.Context, connect func(ctx context.Co
 	if err != nil {
 		return err
 	}
+	// A rehearsal killed mid-way left its server.
+	if err := stopDetachedServers(u.NextDataDir()); err != nil {
+		return err
+	}
 	if err := u.Prepare(ctx); err != nil {
 		return err
 	}
@@ -55,7 +59,7 @@ func (u *MajorUpgrade) Rehearse(ctx context.Context, connect func(ctx context.Co
 		return fmt.Errorf("start the new major in binary upgrade mode: %w", err)
 	}
 	problems, err := u.restoreSchemas(ctx, scratch, work, databases)
-	_, stopErr := scratch.output(ctx, "pg_ctl", "stop", "--wait", "--mode=immediate", "--pgdata="+scratch.DataDir)
+	_, stopErr := scratch.output(context.WithoutCancel(ctx), "pg_ctl", "stop", "--wait", "--mode=immediate", "--pgdata="+scratch.DataDir)
 	// pg_upgrade wants an empty new cluster: the one the rehearsal filled goes.
 	if err := errors.Join(err, stopErr, os.RemoveAll(work), os.RemoveAll(scratch.DataDir)); err != nil {
 		return fmt.Errorf("rehearse the schema restore: %w", err)

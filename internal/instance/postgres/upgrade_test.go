@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -30,6 +32,9 @@ func skipOnOldestMajor(t *testing.T) {
 	}
 }
 
+// orderRows are the rows every upgrade must keep.
+const orderRows = 200000
+
 // oldMajorPair is a primary of the carried major with rows in an indexed table, and a hot
 // standby streaming from it.
 func oldMajorPair(t *testing.T, carried postgres.Carried) (primary, standby *postgres.Instance, admin *pgx.Conn) {
@@ -42,8 +47,8 @@ func oldMajorPair(t *testing.T, carried postgres.Carried) (primary, standby *pos
 	admin = startedAsSuperuser(t, primary)
 	exec(t, admin, fmt.Sprintf("CREATE ROLE %s LOGIN REPLICATION PASSWORD 'repl'", agentapi.DefaultReplicationUser))
 	exec(t, admin, `CREATE TABLE orders (id bigint PRIMARY KEY, customer int NOT NULL, note text);
-		CREATE INDEX orders_customer ON orders (customer);
-		INSERT INTO orders SELECT g, g % 1000, md5(g::text) FROM generate_series(1, 200000) g`)
+		CREATE INDEX orders_customer ON orders (customer)`)
+	exec(t, admin, "INSERT INTO orders SELECT g, g % 1000, md5(g::text) FROM generate_series(1, $1) g", orderRows)
 	standby = carriedInstance(t, carried, "old-standby")
 	conninfo := fmt.Sprintf("host=%s port=%d user=%s application_name=standby", pgtest.Loopback, primary.Port, agentapi.DefaultReplicationUser)
 	if err := standby.Clone(ctx, conninfo, "repl", "standby"); err != nil {
@@ -80,18 +85,28 @@ func TestMajorUpgradeCheckFindsEachProblemOnTheLiveStandby(t *testing.T) {
 	waitReplayed(t, admin, standby)
 
 	upgrade := &postgres.MajorUpgrade{Old: standby, NewBinDir: pgtest.BinDir(t), Mode: postgres.UpgradeLink}
-	if err := upgrade.Prepare(ctx); err != nil {
+	connect := func(ctx context.Context, database string) (*pgx.Conn, error) {
+		return postgres.ConnectLocal(ctx, standby.SocketDir, standby.Port, agentapi.Superuser, database)
+	}
+	// The whole report at once, every kind of problem in it.
+	all, err := upgrade.CheckAll(ctx, connect)
+	if err != nil {
 		t.Fatal(err)
 	}
+	report := strings.Join(all, "\n")
+	for _, want := range []string{"public.uses_regproc.f", "extension pgpilot_only_old in postgres is not in the new image", "database postgres does not restore"} {
+		if !strings.Contains(report, want) {
+			t.Fatalf("CheckAll() = %q, want %q in it", all, want)
+		}
+	}
+	t.Logf("CheckAll found: %q", all)
+
 	var failed *postgres.UpgradeCheckFailed
 	if err := upgrade.Check(ctx); !errors.As(err, &failed) {
 		t.Fatalf("Check() = %v, want the reg* column named", err)
 	}
 	if problems := strings.Join(failed.Problems, "\n"); !strings.Contains(problems, "reg*") || !strings.Contains(problems, "public.uses_regproc.f") {
 		t.Fatalf("problems %q do not name the reg* column", problems)
-	}
-	connect := func(ctx context.Context, database string) (*pgx.Conn, error) {
-		return postgres.ConnectLocal(ctx, standby.SocketDir, standby.Port, agentapi.Superuser, database)
 	}
 	missing, err := upgrade.MissingExtensions(ctx, connect)
 	if err != nil || len(missing) != 1 || missing[0] != "pgpilot_only_old in postgres" {
@@ -115,8 +130,11 @@ func TestMajorUpgradeCheckFindsEachProblemOnTheLiveStandby(t *testing.T) {
 	if err := upgrade.Rehearse(ctx, connect); err != nil {
 		t.Fatalf("Rehearse() after the fixes = %v", err)
 	}
-	if err := upgrade.Check(ctx); err != nil {
-		t.Fatalf("Check() after the rehearsal = %v", err)
+	for _, mode := range []postgres.UpgradeMode{postgres.UpgradeLink, postgres.UpgradeCopy} {
+		upgrade.Mode = mode
+		if all, err := upgrade.CheckAll(ctx, connect); err != nil || len(all) != 0 {
+			t.Fatalf("CheckAll() in %s mode after the fixes = %q, %v", mode, all, err)
+		}
 	}
 	if missing, err := upgrade.MissingExtensions(ctx, connect); err != nil || len(missing) != 0 {
 		t.Fatalf("MissingExtensions() after the fixes = %q, %v", missing, err)
@@ -159,7 +177,7 @@ func TestMajorUpgradeLinksThePromotedStandbyAndRevertsBeforeThePointOfNoReturn(t
 	if err := upgrade.Revert(); err != nil {
 		t.Fatal(err)
 	}
-	countOrders(t, standby, 200000)
+	countOrders(t, standby)
 	if err := standby.Stop(time.Minute); err != nil {
 		t.Fatal(err)
 	}
@@ -180,7 +198,7 @@ func TestMajorUpgradeLinksThePromotedStandbyAndRevertsBeforeThePointOfNoReturn(t
 	}
 	upgraded := standby
 	upgraded.BinDir, upgraded.Env = pgtest.BinDir(t), nil
-	conn := countOrders(t, upgraded, 200000)
+	conn := countOrders(t, upgraded)
 	var version int
 	if err := conn.QueryRow(ctx, "SELECT current_setting('server_version_num')::int / 10000").Scan(&version); err != nil || version != pgtest.Major(t) {
 		t.Fatalf("server major = %d (%v), want %d", version, err, pgtest.Major(t))
@@ -198,10 +216,10 @@ func TestMajorUpgradeLinksThePromotedStandbyAndRevertsBeforeThePointOfNoReturn(t
 	if _, err := os.Stat(upgrade.PreviousDataDir()); !os.IsNotExist(err) {
 		t.Fatalf("the previous data directory is still there after a link upgrade finished: %v", err)
 	}
-	countOrders(t, upgraded, 200000)
+	countOrders(t, upgraded)
 }
 
-func countOrders(t *testing.T, inst *postgres.Instance, want int) *pgx.Conn {
+func countOrders(t *testing.T, inst *postgres.Instance) *pgx.Conn {
 	t.Helper()
 	if !inst.Running() {
 		if err := inst.Start(); err != nil {
@@ -210,8 +228,8 @@ func countOrders(t *testing.T, inst *postgres.Instance, want int) *pgx.Conn {
 	}
 	conn := pgtest.Connect(t, inst, agentapi.Superuser, superuserPassword, "postgres")
 	var got int
-	if err := conn.QueryRow(context.Background(), "SELECT count(*) FROM orders WHERE customer >= 0").Scan(&got); err != nil || got != want {
-		t.Fatalf("orders = %d (%v), want %d", got, err, want)
+	if err := conn.QueryRow(context.Background(), "SELECT count(*) FROM orders WHERE customer >= 0").Scan(&got); err != nil || got != orderRows {
+		t.Fatalf("orders = %d (%v), want %d", got, err, orderRows)
 	}
 	return conn
 }
@@ -260,4 +278,130 @@ func waitReplayed(t *testing.T, primary *pgx.Conn, standby *postgres.Instance) {
 		}
 		return nil
 	})
+}
+
+// An upgrade killed at any point before its point of no return leaves the old cluster whole for
+// the next agent (Recover, then the carried server picked again by the data directory's major);
+// one killed after it goes forward.
+func TestMajorUpgradeKilledMidwayIsRecoveredByTheNextAgent(t *testing.T) {
+	skipOnOldestMajor(t)
+	ctx := context.Background()
+	carried := pgtest.Carried(t)
+	primary, old, admin := oldMajorPair(t, carried)
+	waitReplayed(t, admin, old)
+	if err := primary.Stop(time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if err := old.Promote(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := old.Stop(time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	killWhenExists := map[string]string{
+		"killed while checking the clusters":      filepath.Join(old.DataDir+".next", "pg_upgrade_output.d"),
+		"killed while the old server runs for it": filepath.Join(old.DataDir, "postmaster.pid"),
+		"killed while the new server runs for it": filepath.Join(old.DataDir+".next", "postmaster.pid"),
+		"killed while linking":                    filepath.Join(old.DataDir, "global", "pg_control.old"),
+	}
+	for _, name := range slices.Sorted(maps.Keys(killWhenExists)) {
+		t.Run(name, func(t *testing.T) {
+			upgrade := &postgres.MajorUpgrade{Old: old, NewBinDir: pgtest.BinDir(t), Mode: postgres.UpgradeLink}
+			if err := upgrade.Prepare(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if err := runKilledWhen(ctx, upgrade, killWhenExists[name]); err == nil {
+				t.Fatal("pg_upgrade finished before it was killed")
+			}
+			restartedAgent(t, old, carried, postgres.UpgradeRunning)
+			// pg_ctl detaches the servers pg_upgrade starts: none may outlive it.
+			for _, port := range []int{old.Port, old.Port + 1} {
+				if socket := filepath.Join(old.SocketDir, fmt.Sprintf(".s.PGSQL.%d", port)); fileExists(socket) {
+					t.Fatalf("a server pg_upgrade started still listens on %s", socket)
+				}
+			}
+			countOrders(t, old)
+			if err := old.Stop(time.Minute); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+	t.Run("killed between the swap's two renames", func(t *testing.T) {
+		upgrade := upgradedLinked(t, old)
+		// The state the swap leaves after its first rename: no data directory at all.
+		if err := os.Rename(old.DataDir, upgrade.NextDataDir()); err != nil {
+			t.Fatal(err)
+		}
+		restartedAgent(t, old, carried, postgres.UpgradeSwapped)
+		countOrders(t, old)
+		if err := old.Stop(time.Minute); err != nil {
+			t.Fatal(err)
+		}
+	})
+	t.Run("killed after the point of no return", func(t *testing.T) {
+		upgrade := upgradedLinked(t, old)
+		if err := upgrade.Commit(); err != nil {
+			t.Fatal(err)
+		}
+		restartedAgent(t, old, carried, postgres.UpgradeCommitted)
+		if old.BinDir != pgtest.BinDir(t) {
+			t.Fatalf("the agent runs %s after the point of no return, want the image's server", old.BinDir)
+		}
+		countOrders(t, old)
+		if _, err := os.Stat(upgrade.PreviousDataDir()); !os.IsNotExist(err) {
+			t.Fatalf("the previous data directory is still there: %v", err)
+		}
+	})
+}
+
+// runKilledWhen runs the upgrade and kills pg_upgrade as soon as path exists.
+func runKilledWhen(ctx context.Context, upgrade *postgres.MajorUpgrade, path string) error {
+	ctx, kill := context.WithCancel(ctx)
+	defer kill()
+	go func() {
+		for ctx.Err() == nil {
+			if _, err := os.Stat(path); err == nil {
+				kill()
+				return
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}()
+	return upgrade.Run(ctx)
+}
+
+// restartedAgent does what an agent starting over the data directory does before the server's
+// first start: recover the upgrade (which must have been at step want), then pick the server of
+// the data directory's major.
+func restartedAgent(t *testing.T, inst *postgres.Instance, carried postgres.Carried, want postgres.UpgradeStep) {
+	t.Helper()
+	inst.BinDir, inst.Env = pgtest.BinDir(t), nil
+	upgrade := &postgres.MajorUpgrade{Old: inst, NewBinDir: pgtest.BinDir(t)}
+	if step, err := upgrade.Recover(); err != nil || step != want {
+		t.Fatalf("Recover() = %q, %v; want %q", step, err, want)
+	}
+	if _, err := inst.UseCarried(context.Background(), carried); err != nil {
+		t.Fatal(err)
+	}
+	if err := inst.CheckMajor(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func fileExists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
+}
+
+// upgradedLinked runs a link upgrade of old, stopped, to the step Swapped.
+func upgradedLinked(t *testing.T, old *postgres.Instance) *postgres.MajorUpgrade {
+	t.Helper()
+	upgrade := &postgres.MajorUpgrade{Old: old, NewBinDir: pgtest.BinDir(t), Mode: postgres.UpgradeLink}
+	if err := upgrade.Prepare(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := upgrade.Run(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return upgrade
 }
