@@ -243,3 +243,29 @@ func (h HTTPClient) callAny(ctx context.Context, e Endpoint, method, path string
 	}
 	return nil
 }
+
+// StartMajorUpgradeCheck asks an instance running an older major's carried server to check an
+// upgrade to its image's major in the background; the answer is the check as it stands (one
+// already running included). ErrNothingToUpgrade when the instance runs its image's major,
+// ErrNotSupported from an agent of a release without upgrades.
+func (h HTTPClient) StartMajorUpgradeCheck(ctx context.Context, e Endpoint, req MajorUpgradeCheckRequest) (*MajorUpgradeCheckResult, error) {
+	result := &MajorUpgradeCheckResult{}
+	err := h.callAny(ctx, e, http.MethodPost, PathMajorUpgradeCheck, req, []int{http.StatusAccepted, http.StatusOK}, result)
+	if err != nil {
+		return nil, fmt.Errorf("start the major upgrade check: %w", notFoundAs(conflictAs(err, ErrNothingToUpgrade), ErrNotSupported))
+	}
+	return result, nil
+}
+
+// MajorUpgradeCheck is the instance's latest check; nil when it ran none since it started.
+func (h HTTPClient) MajorUpgradeCheck(ctx context.Context, e Endpoint) (*MajorUpgradeCheckResult, error) {
+	result := &MajorUpgradeCheckResult{}
+	err := h.call(ctx, e, http.MethodGet, PathMajorUpgradeCheck, nil, http.StatusOK, result)
+	if se, ok := err.(statusError); ok && se.code == http.StatusNotFound {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("major upgrade check: %w", err)
+	}
+	return result, nil
+}

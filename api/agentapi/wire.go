@@ -251,3 +251,43 @@ func VersionOf(status *Status) string {
 	}
 	return status.Version
 }
+
+// The major upgrade's check (on an instance running its data from the older major's carried
+// server): started in the background, polled, so that no reconcile waits on it.
+const (
+	// PathMajorUpgradeCheck: POST a MajorUpgradeCheckRequest to start the check (202, or 200
+	// when one runs or ran with the same mode; 409 when the instance has nothing to upgrade
+	// from); GET its MajorUpgradeCheckResult (404 before any).
+	PathMajorUpgradeCheck = "/v1/major-upgrade/check"
+)
+
+// ErrNothingToUpgrade: the instance runs its image's own major.
+var ErrNothingToUpgrade = errors.New("the instance runs its image's major: no older major is carried, nothing to upgrade from")
+
+// MajorUpgradeCheckRequest asks for the checks of an upgrade in Mode (link or copy).
+type MajorUpgradeCheckRequest struct {
+	Mode string `json:"mode"`
+}
+
+// Phases of a major upgrade's check.
+const (
+	UpgradeCheckRunning = "Running"
+	// UpgradeCheckPassed: nothing keeps the upgrade from starting.
+	UpgradeCheckPassed = "Passed"
+	// UpgradeCheckFailed: Problems list what must change first.
+	UpgradeCheckFailed = "Failed"
+	// UpgradeCheckError: the check itself could not run (Error says why).
+	UpgradeCheckError = "Error"
+)
+
+// MajorUpgradeCheckResult is the latest check as the agent knows it.
+type MajorUpgradeCheckResult struct {
+	From      int      `json:"from"`
+	To        int      `json:"to"`
+	Mode      string   `json:"mode"`
+	Phase     string   `json:"phase"`
+	Problems  []string `json:"problems,omitempty"`
+	Error     string   `json:"error,omitempty"`
+	StartedAt string   `json:"startedAt,omitempty"`
+	StoppedAt string   `json:"stoppedAt,omitempty"`
+}

@@ -116,6 +116,8 @@ type Agent struct {
 	tls tlsState
 	// repository is the cluster's pgBackRest repository as the agent last saw it (repository.go).
 	repository repositoryState
+	// upgradeCheck is the latest check of a major upgrade (upgrade.go).
+	upgradeCheck upgradeCheck
 	// customQueries feed the metrics exporter the user's queries, once it serves (metrics.go).
 	customQueries atomic.Pointer[customQueries]
 	// postgresLog turns PostgreSQL's log into the agent's and counts notable records (logs.go).

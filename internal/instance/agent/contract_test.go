@@ -156,3 +156,55 @@ func TestProbesTellNoInternalDetail(t *testing.T) {
 		}
 	}
 }
+
+// upgrades stands in for an instance that runs an older major's carried server, or not.
+type upgrades struct {
+	checks
+	carried bool
+	result  *agentapi.MajorUpgradeCheckResult
+}
+
+func (u *upgrades) StartMajorUpgradeCheck(_ context.Context, req agentapi.MajorUpgradeCheckRequest) (bool, error) {
+	if !u.carried {
+		return false, agentapi.ErrNothingToUpgrade
+	}
+	if u.result != nil && u.result.Phase == agentapi.UpgradeCheckRunning {
+		return false, nil
+	}
+	u.result = &agentapi.MajorUpgradeCheckResult{From: 15, To: 17, Mode: req.Mode, Phase: agentapi.UpgradeCheckRunning}
+	return true, nil
+}
+func (u *upgrades) MajorUpgradeCheckResult() *agentapi.MajorUpgradeCheckResult { return u.result }
+
+func TestMajorUpgradeCheckOverTheAPI(t *testing.T) {
+	u := &upgrades{checks: checks{status: &agentapi.Status{}}}
+	server := httptest.NewServer(agent.NewHandler(u, func() string { return token }))
+	defer server.Close()
+	ctx := context.Background()
+	endpoint := agentapi.Endpoint{Address: strings.TrimPrefix(server.URL, "http://"), Token: token}
+	client := agentapi.HTTPClient{}
+
+	if result, err := client.MajorUpgradeCheck(ctx, endpoint); err != nil || result != nil {
+		t.Fatalf("check before any = %+v, %v; want none", result, err)
+	}
+	if _, err := client.StartMajorUpgradeCheck(ctx, endpoint, agentapi.MajorUpgradeCheckRequest{Mode: "link"}); !errors.Is(err, agentapi.ErrNothingToUpgrade) {
+		t.Fatalf("check on an instance of its image's major: %v, want ErrNothingToUpgrade", err)
+	}
+	u.carried = true
+	if _, err := client.StartMajorUpgradeCheck(ctx, endpoint, agentapi.MajorUpgradeCheckRequest{Mode: "swap"}); err == nil || !strings.Contains(err.Error(), "400") {
+		t.Fatalf("check in an unknown mode: %v, want 400", err)
+	}
+	started, err := client.StartMajorUpgradeCheck(ctx, endpoint, agentapi.MajorUpgradeCheckRequest{Mode: "copy"})
+	if err != nil || started.Phase != agentapi.UpgradeCheckRunning || started.Mode != "copy" {
+		t.Fatalf("start = %+v, %v", started, err)
+	}
+	u.result.Phase, u.result.Problems = agentapi.UpgradeCheckFailed, []string{"extension x in app is not in the new image"}
+	if got, err := client.MajorUpgradeCheck(ctx, endpoint); err != nil || !reflect.DeepEqual(got, u.result) {
+		t.Fatalf("check = %+v, %v; want %+v", got, err, u.result)
+	}
+	older := httptest.NewServer(agent.NewHandler(&checks{status: &agentapi.Status{}}, func() string { return token }))
+	defer older.Close()
+	if _, err := client.StartMajorUpgradeCheck(ctx, agentapi.Endpoint{Address: strings.TrimPrefix(older.URL, "http://"), Token: token}, agentapi.MajorUpgradeCheckRequest{Mode: "link"}); !errors.Is(err, agentapi.ErrNotSupported) {
+		t.Fatalf("check on an agent without upgrades: %v, want ErrNotSupported", err)
+	}
+}

@@ -104,6 +104,9 @@ func NewHandler(checks Checks, token func() string) http.Handler {
 	if backups, ok := checks.(Backups); ok {
 		handleBackups(mux, backups, token)
 	}
+	if upgrades, ok := checks.(MajorUpgrades); ok {
+		handleMajorUpgrades(mux, upgrades, token)
+	}
 	return mux
 }
 

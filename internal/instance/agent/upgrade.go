@@ -2,8 +2,15 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"net/http"
+	"sync"
+	"time"
 
+	"github.com/jackc/pgx/v5"
+
+	"github.com/pgpilot/pgpilot-operator/api/agentapi"
 	"github.com/pgpilot/pgpilot-operator/internal/instance/postgres"
 )
 
@@ -51,4 +58,115 @@ func (a *Agent) runDataDirectoryMajor(ctx context.Context) error {
 		a.Log.Info("running the carried server of the data directory's major until its upgrade", "major", carried.Major)
 	}
 	return nil
+}
+
+// upgradeCheckTimeout bounds a check: the rehearsal restores every database's schema.
+const upgradeCheckTimeout = 10 * time.Minute
+
+// upgradeCheck is the latest check of a major upgrade.
+type upgradeCheck struct {
+	mu     sync.Mutex
+	result *agentapi.MajorUpgradeCheckResult
+}
+
+// StartMajorUpgradeCheck starts the checks of an upgrade of the data directory to the image's
+// major in the background, unless one runs (started false). The instance must be running the
+// carried server of an older major.
+func (a *Agent) StartMajorUpgradeCheck(ctx context.Context, req agentapi.MajorUpgradeCheckRequest) (started bool, err error) {
+	c := &a.upgradeCheck
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.result != nil && c.result.Phase == agentapi.UpgradeCheckRunning {
+		return false, nil
+	}
+	if a.Instance.BinDir == a.Config.BinDir || !a.Instance.Running() {
+		return false, agentapi.ErrNothingToUpgrade
+	}
+	from, err := a.Instance.DataMajor()
+	if err != nil {
+		return false, err
+	}
+	to, err := (&postgres.Instance{BinDir: a.Config.BinDir}).BinariesMajor(ctx)
+	if err != nil {
+		return false, err
+	}
+	c.result = &agentapi.MajorUpgradeCheckResult{From: from, To: to, Mode: req.Mode,
+		Phase: agentapi.UpgradeCheckRunning, StartedAt: time.Now().UTC().Format(time.RFC3339)}
+	go a.runMajorUpgradeCheck(context.WithoutCancel(ctx), postgres.UpgradeMode(req.Mode))
+	return true, nil
+}
+
+func (a *Agent) runMajorUpgradeCheck(ctx context.Context, mode postgres.UpgradeMode) {
+	ctx, cancel := context.WithTimeout(ctx, upgradeCheckTimeout)
+	defer cancel()
+	upgrade := a.majorUpgrade()
+	upgrade.Mode = mode
+	problems, err := upgrade.CheckAll(ctx, func(ctx context.Context, database string) (*pgx.Conn, error) {
+		return postgres.ConnectLocal(ctx, a.Instance.SocketDir, a.Instance.Port, agentapi.Superuser, database)
+	})
+	c := &a.upgradeCheck
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	r := c.result
+	r.StoppedAt = time.Now().UTC().Format(time.RFC3339)
+	switch {
+	case err != nil:
+		r.Phase, r.Error = agentapi.UpgradeCheckError, err.Error()
+	case len(problems) > 0:
+		r.Phase, r.Problems = agentapi.UpgradeCheckFailed, problems
+	default:
+		r.Phase = agentapi.UpgradeCheckPassed
+	}
+	a.Log.Info("major upgrade check", "from", r.From, "to", r.To, "mode", mode, "phase", r.Phase, "problems", len(problems))
+}
+
+// MajorUpgradeCheckResult is a copy of the latest check, nil before any.
+func (a *Agent) MajorUpgradeCheckResult() *agentapi.MajorUpgradeCheckResult {
+	c := &a.upgradeCheck
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.result == nil {
+		return nil
+	}
+	copied := *c.result
+	copied.Problems = append([]string(nil), c.result.Problems...)
+	return &copied
+}
+
+// MajorUpgrades is the major upgrade's part of the agent's API.
+type MajorUpgrades interface {
+	StartMajorUpgradeCheck(ctx context.Context, req agentapi.MajorUpgradeCheckRequest) (started bool, err error)
+	MajorUpgradeCheckResult() *agentapi.MajorUpgradeCheckResult
+}
+
+func handleMajorUpgrades(mux *http.ServeMux, upgrades MajorUpgrades, token func() string) {
+	mux.Handle("POST "+agentapi.PathMajorUpgradeCheck, requireToken(token, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var req agentapi.MajorUpgradeCheckRequest
+		if !decodeRequest(w, r, &req) {
+			return
+		}
+		if req.Mode != string(postgres.UpgradeLink) && req.Mode != string(postgres.UpgradeCopy) {
+			http.Error(w, "bad request: the mode is link or copy", http.StatusBadRequest)
+			return
+		}
+		started, err := upgrades.StartMajorUpgradeCheck(r.Context(), req)
+		switch {
+		case errors.Is(err, agentapi.ErrNothingToUpgrade):
+			http.Error(w, err.Error(), http.StatusConflict)
+		case err != nil:
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+		case started:
+			writeJSONStatus(w, http.StatusAccepted, upgrades.MajorUpgradeCheckResult())
+		default:
+			writeJSON(w, upgrades.MajorUpgradeCheckResult())
+		}
+	})))
+	mux.Handle("GET "+agentapi.PathMajorUpgradeCheck, requireToken(token, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		result := upgrades.MajorUpgradeCheckResult()
+		if result == nil {
+			http.Error(w, "no major upgrade check on this instance", http.StatusNotFound)
+			return
+		}
+		writeJSON(w, result)
+	})))
 }
