@@ -2,7 +2,12 @@ package pgtest
 
 import (
 	"context"
+	"errors"
 	"os"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/pgpilot/pgpilot-operator/api/agentapi"
 
 	"github.com/pgpilot/pgpilot-operator/internal/instance/postgres"
 )
@@ -29,4 +34,26 @@ func Carried(t TB) postgres.Carried {
 		t.Fatal(err)
 	}
 	return carried
+}
+
+// WaitReplayed waits until standby replayed everything primary wrote so far; it connects to the
+// standby as the superuser with password.
+func WaitReplayed(t TB, primary *pgx.Conn, standby *postgres.Instance, password string) {
+	t.Helper()
+	var lsn string
+	if err := primary.QueryRow(context.Background(), "SELECT pg_current_wal_lsn()::text").Scan(&lsn); err != nil {
+		t.Fatal(err)
+	}
+	conn := Connect(t, standby, agentapi.Superuser, password, "postgres")
+	defer func() { _ = conn.Close(context.Background()) }()
+	Eventually(t, "standby replayed "+lsn, func() error {
+		var caught bool
+		if err := conn.QueryRow(context.Background(), "SELECT pg_last_wal_replay_lsn() >= $1::pg_lsn", lsn).Scan(&caught); err != nil {
+			return err
+		}
+		if !caught {
+			return errors.New("behind")
+		}
+		return nil
+	})
 }

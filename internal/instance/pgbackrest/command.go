@@ -8,6 +8,8 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"regexp"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -84,6 +86,13 @@ func (r Runner) StanzaCreate(ctx context.Context) error {
 	return err
 }
 
+// StanzaUpgrade records in the repository that the database is of a new major (and system
+// identifier) after pg_upgrade: archiving and backups refuse the new cluster until then.
+func (r Runner) StanzaUpgrade(ctx context.Context) error {
+	_, err := r.run(ctx, "stanza-upgrade")
+	return err
+}
+
 // Check makes PostgreSQL switch WAL and waits until the segment is archived.
 func (r Runner) Check(ctx context.Context) error {
 	_, err := r.run(ctx, "check")
@@ -147,6 +156,45 @@ func (r Runner) Restore(ctx context.Context, target Target) error {
 	}
 	_, err := r.run(ctx, "restore", args...)
 	return err
+}
+
+// DeltaReport is what a delta restore wrote and what it found already in place, in bytes.
+type DeltaReport struct {
+	Copied, Kept int64
+}
+
+// RestoreStandbyDelta makes the configured data directory, whatever it holds (a cluster of the
+// previous major, after a major upgrade), a standby of the latest backup's cluster, copying only
+// the files whose content differs from the backup's (checksums compared), and reports the bytes.
+func (r Runner) RestoreStandbyDelta(ctx context.Context) (DeltaReport, error) {
+	out, err := r.run(ctx, "restore", "--delta", "--type=standby", "--log-level-console=detail")
+	if err != nil {
+		return DeltaReport{}, err
+	}
+	return parseDeltaReport(out), nil
+}
+
+// restoredFile is one DETAIL line of a restore: "restore file <path> [- exists and matches
+// backup ]([size], …)" or "… (bundle …)"; the size is the first number in the parentheses with its unit.
+var restoredFile = regexp.MustCompile(`restore file \S+ (- exists and (?:matches|is zero size)[^(]*)?\(([0-9.]+)([KMGT]?B)`)
+
+func parseDeltaReport(out []byte) DeltaReport {
+	var report DeltaReport
+	for _, m := range restoredFile.FindAllSubmatch(out, -1) {
+		size := parseSize(string(m[2]), string(m[3]))
+		if len(m[1]) > 0 {
+			report.Kept += size
+		} else {
+			report.Copied += size
+		}
+	}
+	return report
+}
+
+func parseSize(number, unit string) int64 {
+	n, _ := strconv.ParseFloat(number, 64)
+	scale := map[string]float64{"B": 1, "KB": 1 << 10, "MB": 1 << 20, "GB": 1 << 30, "TB": 1 << 40}[unit]
+	return int64(n * scale)
 }
 
 // InfoJSON is `pgbackrest info --output=json` as pgBackRest prints it.

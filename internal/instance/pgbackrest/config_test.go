@@ -80,3 +80,17 @@ func TestParseInfo(t *testing.T) {
 		t.Error("output that is not JSON was parsed")
 	}
 }
+
+func TestParseDeltaReport(t *testing.T) {
+	out := []byte(`P02 DETAIL: restore file /d/pgdata/base/5/16390 - exists and matches backup (21.4MB, 18.34%) checksum d9fe
+P02 DETAIL: restore file /d/pgdata/base/5/1255 (792KB, 19.01%) checksum 50bd
+P01 DETAIL: restore file /d/pgdata/base/5/16385 - exists and matches backup (73MB, 81.46%) checksum 44b4
+P01 DETAIL: restore file /d/pgdata/global/pg_control.pgbackrest.tmp (8KB, 100.00%) checksum 1a2b
+P00 DETAIL: remove invalid files/links/paths from '/d/pgdata'
+P00 INFO: restore size = 116.5MB, file total = 1920`)
+	got := parseDeltaReport(out)
+	want := DeltaReport{Copied: 792<<10 + 8<<10, Kept: 22439526 + 73<<20} // 21.4 MiB, as pgBackRest rounds it
+	if got != want {
+		t.Fatalf("parseDeltaReport() = %+v, want %+v", got, want)
+	}
+}

@@ -82,7 +82,7 @@ func TestMajorUpgradeCheckFindsEachProblemOnTheLiveStandby(t *testing.T) {
 	// A view on a column PostgreSQL 17 removed: pg_upgrade's check passes it, its restore fails.
 	exec(t, admin, `CREATE TABLE uses_regproc (f regproc); CREATE EXTENSION pgpilot_only_old;
 		CREATE VIEW checkpoint_counts AS SELECT checkpoints_timed FROM pg_stat_bgwriter`)
-	waitReplayed(t, admin, standby)
+	pgtest.WaitReplayed(t, admin, standby, superuserPassword)
 
 	upgrade := &postgres.MajorUpgrade{Old: standby, NewBinDir: pgtest.BinDir(t), Mode: postgres.UpgradeLink}
 	connect := func(ctx context.Context, database string) (*pgx.Conn, error) {
@@ -113,7 +113,7 @@ func TestMajorUpgradeCheckFindsEachProblemOnTheLiveStandby(t *testing.T) {
 		t.Fatalf("MissingExtensions() = %q, %v; want pgpilot_only_old in postgres", missing, err)
 	}
 	exec(t, admin, `DROP TABLE uses_regproc; DROP EXTENSION pgpilot_only_old`)
-	waitReplayed(t, admin, standby)
+	pgtest.WaitReplayed(t, admin, standby, superuserPassword)
 	if err := upgrade.Check(ctx); err != nil {
 		t.Fatalf("Check() without the reg* column = %v; the view is past what it sees", err)
 	}
@@ -126,7 +126,7 @@ func TestMajorUpgradeCheckFindsEachProblemOnTheLiveStandby(t *testing.T) {
 	t.Logf("the rehearsal found: %s", failed.Problems)
 
 	exec(t, admin, `DROP VIEW checkpoint_counts`)
-	waitReplayed(t, admin, standby)
+	pgtest.WaitReplayed(t, admin, standby, superuserPassword)
 	if err := upgrade.Rehearse(ctx, connect); err != nil {
 		t.Fatalf("Rehearse() after the fixes = %v", err)
 	}
@@ -149,7 +149,7 @@ func TestMajorUpgradeLinksThePromotedStandbyAndRevertsBeforeThePointOfNoReturn(t
 	ctx := context.Background()
 	carried := pgtest.Carried(t)
 	primary, standby, admin := oldMajorPair(t, carried)
-	waitReplayed(t, admin, standby)
+	pgtest.WaitReplayed(t, admin, standby, superuserPassword)
 	relation := relationPath(t, admin, "orders")
 	// A clean stop of the primary, a promotion of the standby that received everything, and
 	// its clean stop: the state pg_upgrade accepts (a standby shut down in recovery it refuses).
@@ -260,26 +260,6 @@ func writeFile(t *testing.T, path, content string) {
 	t.Cleanup(func() { _ = os.Remove(path) })
 }
 
-// waitReplayed waits until standby replayed everything the primary wrote so far.
-func waitReplayed(t *testing.T, primary *pgx.Conn, standby *postgres.Instance) {
-	t.Helper()
-	var lsn string
-	if err := primary.QueryRow(context.Background(), "SELECT pg_current_wal_lsn()::text").Scan(&lsn); err != nil {
-		t.Fatal(err)
-	}
-	conn := pgtest.Connect(t, standby, agentapi.Superuser, superuserPassword, "postgres")
-	pgtest.Eventually(t, "standby replayed "+lsn, func() error {
-		var caught bool
-		if err := conn.QueryRow(context.Background(), "SELECT pg_last_wal_replay_lsn() >= $1::pg_lsn", lsn).Scan(&caught); err != nil {
-			return err
-		}
-		if !caught {
-			return errors.New("behind")
-		}
-		return nil
-	})
-}
-
 // An upgrade killed at any point before its point of no return leaves the old cluster whole for
 // the next agent (Recover, then the carried server picked again by the data directory's major);
 // one killed after it goes forward.
@@ -288,7 +268,7 @@ func TestMajorUpgradeKilledMidwayIsRecoveredByTheNextAgent(t *testing.T) {
 	ctx := context.Background()
 	carried := pgtest.Carried(t)
 	primary, old, admin := oldMajorPair(t, carried)
-	waitReplayed(t, admin, old)
+	pgtest.WaitReplayed(t, admin, old, superuserPassword)
 	if err := primary.Stop(time.Minute); err != nil {
 		t.Fatal(err)
 	}
