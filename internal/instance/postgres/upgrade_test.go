@@ -149,6 +149,8 @@ func TestMajorUpgradeLinksThePromotedStandbyAndRevertsBeforeThePointOfNoReturn(t
 	ctx := context.Background()
 	carried := pgtest.Carried(t)
 	primary, standby, admin := oldMajorPair(t, carried)
+	// An extension whose version the new major's installation raised.
+	exec(t, admin, "CREATE EXTENSION pg_stat_statements")
 	pgtest.WaitReplayed(t, admin, standby, superuserPassword)
 	relation := relationPath(t, admin, "orders")
 	// A clean stop of the primary, a promotion of the standby that received everything, and
@@ -217,6 +219,25 @@ func TestMajorUpgradeLinksThePromotedStandbyAndRevertsBeforeThePointOfNoReturn(t
 		t.Fatalf("the previous data directory is still there after a link upgrade finished: %v", err)
 	}
 	countOrders(t, upgraded)
+
+	connect := func(ctx context.Context, database string) (*pgx.Conn, error) {
+		return postgres.ConnectLocal(ctx, upgraded.SocketDir, upgraded.Port, agentapi.Superuser, database)
+	}
+	updated, err := postgres.UpdateExtensions(ctx, connect)
+	if err != nil || len(updated) != 1 || !strings.HasPrefix(updated[0], "pg_stat_statements in postgres to ") {
+		t.Fatalf("UpdateExtensions() = %q, %v; want pg_stat_statements updated", updated, err)
+	}
+	if again, err := postgres.UpdateExtensions(ctx, connect); err != nil || len(again) != 0 {
+		t.Fatalf("UpdateExtensions() again = %q, %v; want nothing left", again, err)
+	}
+	if err := upgraded.RebuildStatistics(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var columns int
+	if err := conn.QueryRow(ctx, "SELECT count(*) FROM pg_stats WHERE tablename = 'orders'").Scan(&columns); err != nil || columns != 3 {
+		t.Fatalf("statistics of orders' columns = %d (%v), want 3", columns, err)
+	}
+	t.Logf("after the upgrade: %s", updated)
 }
 
 func countOrders(t *testing.T, inst *postgres.Instance) *pgx.Conn {
