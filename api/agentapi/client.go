@@ -269,3 +269,28 @@ func (h HTTPClient) MajorUpgradeCheck(ctx context.Context, e Endpoint) (*MajorUp
 	}
 	return result, nil
 }
+
+// StartMajorUpgrade asks the chosen standby to upgrade itself into the new major's primary in
+// the background; ErrWrongRole when it cannot (not a standby on an older major, or without the
+// primary Lease).
+func (h HTTPClient) StartMajorUpgrade(ctx context.Context, e Endpoint, req MajorUpgradeRequest) (*MajorUpgradeResult, error) {
+	result := &MajorUpgradeResult{}
+	err := h.callAny(ctx, e, http.MethodPost, PathMajorUpgrade, req, []int{http.StatusAccepted, http.StatusOK}, result)
+	if err != nil {
+		return nil, fmt.Errorf("start the major upgrade: %w", notFoundAs(conflictAs(err, ErrWrongRole), ErrNotSupported))
+	}
+	return result, nil
+}
+
+// MajorUpgrade is the instance's major upgrade; nil when it ran none since it started.
+func (h HTTPClient) MajorUpgrade(ctx context.Context, e Endpoint) (*MajorUpgradeResult, error) {
+	result := &MajorUpgradeResult{}
+	err := h.call(ctx, e, http.MethodGet, PathMajorUpgrade, nil, http.StatusOK, result)
+	if se, ok := err.(statusError); ok && se.code == http.StatusNotFound {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("major upgrade: %w", err)
+	}
+	return result, nil
+}

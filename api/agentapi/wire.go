@@ -291,3 +291,50 @@ type MajorUpgradeCheckResult struct {
 	StartedAt string   `json:"startedAt,omitempty"`
 	StoppedAt string   `json:"stoppedAt,omitempty"`
 }
+
+// PathMajorUpgrade: POST a MajorUpgradeRequest to the standby chosen to carry the cluster to the
+// new major, once the old primary stopped cleanly, it replayed all of it and holds the primary
+// Lease: it upgrades itself in the background (202; 409 ErrWrongRole otherwise). GET answers
+// the MajorUpgradeResult (404 before any).
+const PathMajorUpgrade = "/v1/major-upgrade"
+
+// MajorUpgradeRequest: the mode (link or copy) and the replication slots the new primary
+// creates for the others, as Promote does.
+type MajorUpgradeRequest struct {
+	Mode  string   `json:"mode"`
+	Slots []string `json:"slots,omitempty"`
+}
+
+// Steps of an instance's major upgrade.
+const (
+	UpgradeStepPromoting = "Promoting"
+	UpgradeStepUpgrading = "Upgrading"
+	// UpgradeStepPointOfNoReturn: the new major's server starts on the upgraded files; from
+	// here the upgrade only goes forward.
+	UpgradeStepPointOfNoReturn = "PointOfNoReturn"
+	// UpgradeStepStarted: the new major's primary accepts writes; statistics and extensions
+	// are being brought up to date.
+	UpgradeStepStarted = "Started"
+	UpgradeStepDone    = "Done"
+	// UpgradeStepReverted: the upgrade failed before the point of no return; the instance runs
+	// the old major again, as the primary, with nothing lost (Error says what failed).
+	UpgradeStepReverted = "Reverted"
+	// UpgradeStepFailed: the upgrade failed where no way back was left (Error says why).
+	UpgradeStepFailed = "Failed"
+)
+
+// MajorUpgradeResult is an instance's major upgrade as its agent knows it.
+type MajorUpgradeResult struct {
+	From  int    `json:"from"`
+	To    int    `json:"to"`
+	Mode  string `json:"mode"`
+	Step  string `json:"step"`
+	Error string `json:"error,omitempty"`
+	// PgUpgradeMillis is how long pg_upgrade ran: the part of the time without writes that
+	// pgpilot cannot shorten.
+	PgUpgradeMillis int64 `json:"pgUpgradeMillis,omitempty"`
+	// ExtensionsUpdated lists "name in database to version".
+	ExtensionsUpdated []string `json:"extensionsUpdated,omitempty"`
+	StartedAt         string   `json:"startedAt,omitempty"`
+	StoppedAt         string   `json:"stoppedAt,omitempty"`
+}

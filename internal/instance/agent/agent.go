@@ -118,6 +118,8 @@ type Agent struct {
 	repository repositoryState
 	// upgradeCheck is the latest check of a major upgrade (upgrade.go).
 	upgradeCheck upgradeCheck
+	// upgradeRun is this instance's major upgrade (upgrade_run.go).
+	upgradeRun upgradeRun
 	// customQueries feed the metrics exporter the user's queries, once it serves (metrics.go).
 	customQueries atomic.Pointer[customQueries]
 	// postgresLog turns PostgreSQL's log into the agent's and counts notable records (logs.go).

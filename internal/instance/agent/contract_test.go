@@ -175,6 +175,10 @@ func (u *upgrades) StartMajorUpgradeCheck(_ context.Context, req agentapi.MajorU
 	return true, nil
 }
 func (u *upgrades) MajorUpgradeCheckResult() *agentapi.MajorUpgradeCheckResult { return u.result }
+func (u *upgrades) StartMajorUpgrade(context.Context, agentapi.MajorUpgradeRequest) (bool, error) {
+	return false, agentapi.ErrWrongRole
+}
+func (u *upgrades) MajorUpgradeResult() *agentapi.MajorUpgradeResult { return nil }
 
 func TestMajorUpgradeCheckOverTheAPI(t *testing.T) {
 	u := &upgrades{checks: checks{status: &agentapi.Status{}}}
@@ -201,6 +205,12 @@ func TestMajorUpgradeCheckOverTheAPI(t *testing.T) {
 	u.result.Phase, u.result.Problems = agentapi.UpgradeCheckFailed, []string{"extension x in app is not in the new image"}
 	if got, err := client.MajorUpgradeCheck(ctx, endpoint); err != nil || !reflect.DeepEqual(got, u.result) {
 		t.Fatalf("check = %+v, %v; want %+v", got, err, u.result)
+	}
+	if _, err := client.StartMajorUpgrade(ctx, endpoint, agentapi.MajorUpgradeRequest{Mode: "link"}); !errors.Is(err, agentapi.ErrWrongRole) {
+		t.Fatalf("upgrade of an instance that may not: %v, want ErrWrongRole", err)
+	}
+	if result, err := client.MajorUpgrade(ctx, endpoint); err != nil || result != nil {
+		t.Fatalf("upgrade before any = %+v, %v; want none", result, err)
 	}
 	older := httptest.NewServer(agent.NewHandler(&checks{status: &agentapi.Status{}}, func() string { return token }))
 	defer older.Close()

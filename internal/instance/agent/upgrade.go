@@ -137,36 +137,51 @@ func (a *Agent) MajorUpgradeCheckResult() *agentapi.MajorUpgradeCheckResult {
 type MajorUpgrades interface {
 	StartMajorUpgradeCheck(ctx context.Context, req agentapi.MajorUpgradeCheckRequest) (started bool, err error)
 	MajorUpgradeCheckResult() *agentapi.MajorUpgradeCheckResult
+	StartMajorUpgrade(ctx context.Context, req agentapi.MajorUpgradeRequest) (started bool, err error)
+	MajorUpgradeResult() *agentapi.MajorUpgradeResult
 }
 
 func handleMajorUpgrades(mux *http.ServeMux, upgrades MajorUpgrades, token func() string) {
-	mux.Handle("POST "+agentapi.PathMajorUpgradeCheck, requireToken(token, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		var req agentapi.MajorUpgradeCheckRequest
+	handleBackgroundJob(mux, token, agentapi.PathMajorUpgradeCheck, "major upgrade check",
+		func(req agentapi.MajorUpgradeCheckRequest) string { return req.Mode },
+		upgrades.StartMajorUpgradeCheck, upgrades.MajorUpgradeCheckResult)
+	handleBackgroundJob(mux, token, agentapi.PathMajorUpgrade, "major upgrade",
+		func(req agentapi.MajorUpgradeRequest) string { return req.Mode },
+		upgrades.StartMajorUpgrade, upgrades.MajorUpgradeResult)
+}
+
+// handleBackgroundJob serves a job the agent runs in the background at path: POST starts it
+// (202 with its result, 200 when one runs already, 409 when the instance cannot run it), GET
+// answers its latest result (404 before any). mode is the request's upgrade mode, checked here.
+func handleBackgroundJob[Request, Result any](mux *http.ServeMux, token func() string, path, what string, mode func(Request) string,
+	start func(context.Context, Request) (bool, error), result func() *Result) {
+	mux.Handle("POST "+path, requireToken(token, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var req Request
 		if !decodeRequest(w, r, &req) {
 			return
 		}
-		if req.Mode != string(postgres.UpgradeLink) && req.Mode != string(postgres.UpgradeCopy) {
+		if m := mode(req); m != string(postgres.UpgradeLink) && m != string(postgres.UpgradeCopy) {
 			http.Error(w, "bad request: the mode is link or copy", http.StatusBadRequest)
 			return
 		}
-		started, err := upgrades.StartMajorUpgradeCheck(r.Context(), req)
+		started, err := start(r.Context(), req)
 		switch {
-		case errors.Is(err, agentapi.ErrNothingToUpgrade):
+		case errors.Is(err, agentapi.ErrNothingToUpgrade) || errors.Is(err, agentapi.ErrWrongRole):
 			http.Error(w, err.Error(), http.StatusConflict)
 		case err != nil:
 			http.Error(w, err.Error(), http.StatusServiceUnavailable)
 		case started:
-			writeJSONStatus(w, http.StatusAccepted, upgrades.MajorUpgradeCheckResult())
+			writeJSONStatus(w, http.StatusAccepted, result())
 		default:
-			writeJSON(w, upgrades.MajorUpgradeCheckResult())
+			writeJSON(w, result())
 		}
 	})))
-	mux.Handle("GET "+agentapi.PathMajorUpgradeCheck, requireToken(token, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		result := upgrades.MajorUpgradeCheckResult()
-		if result == nil {
-			http.Error(w, "no major upgrade check on this instance", http.StatusNotFound)
+	mux.Handle("GET "+path, requireToken(token, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		latest := result()
+		if latest == nil {
+			http.Error(w, "no "+what+" on this instance", http.StatusNotFound)
 			return
 		}
-		writeJSON(w, result)
+		writeJSON(w, latest)
 	})))
 }

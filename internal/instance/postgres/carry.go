@@ -76,6 +76,14 @@ func (i *Instance) UseCarried(ctx context.Context, c Carried) (bool, error) {
 	return true, nil
 }
 
+// LeaveCarried makes the instance run the image's server in binDir again, once its data
+// directory was upgraded to that major.
+func (i *Instance) LeaveCarried(c Carried, binDir string) {
+	carriedEnv := c.Env()
+	i.BinDir = binDir
+	i.Env = slices.DeleteFunc(slices.Clone(i.Env), func(e string) bool { return slices.Contains(carriedEnv, e) })
+}
+
 // Env is the environment the carried binaries run with. Only libraries the running image lacks
 // are on the path, so the new major's binaries, which inherit it through pg_upgrade, load their
 // own.

@@ -1,0 +1,219 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/pgpilot/pgpilot-operator/api/agentapi"
+	"github.com/pgpilot/pgpilot-operator/internal/instance/postgres"
+)
+
+// The standby the operator chose carries the cluster to the new major: the old primary stopped
+// cleanly and this standby replayed all of it, so promoting it on the old major loses nothing.
+// It is then stopped and upgraded in place; until the new server's first start a failure puts
+// the old major back, promoted: the cluster goes on as after a switchover. The old primary's
+// directory is not touched either way.
+
+// upgradeRun is this instance's major upgrade.
+type upgradeRun struct {
+	mu     sync.Mutex
+	result *agentapi.MajorUpgradeResult
+}
+
+func (u *upgradeRun) step(step string) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	u.result.Step = step
+}
+
+// StartMajorUpgrade checks that this instance may carry the cluster to the new major and starts
+// the upgrade in the background; started false when one is under way already.
+func (a *Agent) StartMajorUpgrade(ctx context.Context, req agentapi.MajorUpgradeRequest) (started bool, err error) {
+	u := &a.upgradeRun
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.result != nil && u.result.StoppedAt == "" {
+		return false, nil
+	}
+	carried, err := a.carried()
+	if err != nil {
+		return false, err
+	}
+	if a.Instance.BinDir != carried.BinDir() || a.isPrimary() || !a.Instance.Running() {
+		return false, fmt.Errorf("%w: a major upgrade runs on a running standby of the carried major", agentapi.ErrWrongRole)
+	}
+	// The operator grants the Lease first, as for a promotion; an order without it is stale.
+	lease, err := a.keeper().Read(ctx)
+	if err != nil {
+		return false, fmt.Errorf("read the primary lease: %w", err)
+	}
+	if lease.Holder != a.Config.PodName {
+		return false, fmt.Errorf("%w: the primary lease names %q", agentapi.ErrWrongRole, lease.Holder)
+	}
+	to, err := (&postgres.Instance{BinDir: a.Config.BinDir}).BinariesMajor(ctx)
+	if err != nil {
+		return false, err
+	}
+	u.result = &agentapi.MajorUpgradeResult{From: carried.Major, To: to, Mode: req.Mode,
+		Step: agentapi.UpgradeStepPromoting, StartedAt: time.Now().UTC().Format(time.RFC3339)}
+	go a.runMajorUpgrade(context.WithoutCancel(ctx), carried, req)
+	return true, nil
+}
+
+func (a *Agent) carried() (postgres.Carried, error) {
+	carried, found, err := postgres.FindCarried(a.Config.CarriedDir)
+	if err == nil && !found {
+		err = agentapi.ErrNothingToUpgrade
+	}
+	return carried, err
+}
+
+func (a *Agent) runMajorUpgrade(ctx context.Context, carried postgres.Carried, req agentapi.MajorUpgradeRequest) {
+	err := a.upgradeToImageMajor(ctx, carried, req)
+	if err == nil {
+		err = a.catchUpAfterMajorUpgrade(ctx)
+	}
+	u := &a.upgradeRun
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	r := u.result
+	r.StoppedAt = time.Now().UTC().Format(time.RFC3339)
+	if err != nil {
+		r.Error = err.Error()
+		if r.Step != agentapi.UpgradeStepReverted {
+			r.Step = agentapi.UpgradeStepFailed
+		}
+	}
+	a.Log.Info("major upgrade ended", "from", r.From, "to", r.To, "step", r.Step, "error", r.Error)
+}
+
+// upgradeToImageMajor promotes, stops, upgrades and starts this instance as the new major's
+// primary, or puts the old major back, promoted, when it fails before the point of no return.
+// It holds restartMu: the supervisor waits instead of taking the stopped server for a crash.
+func (a *Agent) upgradeToImageMajor(ctx context.Context, carried postgres.Carried, req agentapi.MajorUpgradeRequest) error {
+	a.restartMu.Lock()
+	defer a.restartMu.Unlock()
+	u := &a.upgradeRun
+	// A standby's agent keeps no renewal of its own: the lease guard would fence the new
+	// primary at once.
+	if _, err := a.keeper().Renew(ctx); err != nil {
+		return fmt.Errorf("renew the primary lease: %w", err)
+	}
+	if err := a.Instance.Promote(ctx); err != nil {
+		return fmt.Errorf("promote on PostgreSQL %d: %w", carried.Major, err)
+	}
+	a.setDetachment(nil)
+	if err := a.Instance.Stop(a.Options.ShutdownGrace); err != nil {
+		return fmt.Errorf("stop PostgreSQL %d: %w", carried.Major, err)
+	}
+	u.step(agentapi.UpgradeStepUpgrading)
+	upgrade := a.majorUpgrade()
+	upgrade.Mode = postgres.UpgradeMode(req.Mode)
+	started := time.Now()
+	err := upgrade.Prepare(ctx)
+	if err == nil {
+		err = upgrade.Run(ctx)
+	}
+	u.mu.Lock()
+	u.result.PgUpgradeMillis = time.Since(started).Milliseconds()
+	u.mu.Unlock()
+	if err != nil {
+		return a.revertMajorUpgrade(upgrade, err)
+	}
+	if err := upgrade.Commit(); err != nil {
+		return a.revertMajorUpgrade(upgrade, err)
+	}
+	u.step(agentapi.UpgradeStepPointOfNoReturn)
+	a.Instance.LeaveCarried(carried, a.Config.BinDir)
+	if err := a.Instance.Start(); err != nil {
+		return fmt.Errorf("start the new major (past the point of no return: only forward): %w", err)
+	}
+	return a.openAfterMajorUpgrade(ctx, upgrade, req.Slots)
+}
+
+// revertMajorUpgrade puts the old major back, promoted, after cause.
+func (a *Agent) revertMajorUpgrade(upgrade *postgres.MajorUpgrade, cause error) error {
+	if err := upgrade.Revert(); err != nil {
+		return errors.Join(cause, fmt.Errorf("revert: %w", err))
+	}
+	a.upgradeRun.step(agentapi.UpgradeStepReverted)
+	if err := a.Instance.Start(); err != nil {
+		return errors.Join(cause, fmt.Errorf("start the old major again: %w", err))
+	}
+	return fmt.Errorf("the upgrade failed before its point of no return, the old major runs again: %w", cause)
+}
+
+// openAfterMajorUpgrade: the Lease renewed, the slots the others stream through, the previous
+// directory removed; the new primary takes writes.
+func (a *Agent) openAfterMajorUpgrade(ctx context.Context, upgrade *postgres.MajorUpgrade, slots []string) error {
+	conn, err := a.waitAccepting(ctx)
+	if err != nil {
+		return err
+	}
+	err = postgres.EnsureSlots(ctx, conn, slots)
+	_ = conn.Close(ctx)
+	if err != nil {
+		return err
+	}
+	if _, err := a.keeper().Renew(ctx); err != nil {
+		return fmt.Errorf("renew the primary lease: %w", err)
+	}
+	if err := upgrade.Finish(); err != nil {
+		return err
+	}
+	a.upgradeRun.step(agentapi.UpgradeStepStarted)
+	return nil
+}
+
+// catchUpAfterMajorUpgrade updates the extensions and rebuilds the statistics, without holding
+// the server: it takes writes meanwhile, and the analysis takes as long as the data is big.
+func (a *Agent) catchUpAfterMajorUpgrade(ctx context.Context) error {
+	connect := func(ctx context.Context, database string) (*pgx.Conn, error) {
+		return postgres.ConnectLocal(ctx, a.Instance.SocketDir, a.Instance.Port, agentapi.Superuser, database)
+	}
+	updated, err := postgres.UpdateExtensions(ctx, connect)
+	a.upgradeRun.mu.Lock()
+	a.upgradeRun.result.ExtensionsUpdated = updated
+	a.upgradeRun.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	if err := a.Instance.RebuildStatistics(ctx); err != nil {
+		return err
+	}
+	a.upgradeRun.step(agentapi.UpgradeStepDone)
+	return nil
+}
+
+// MajorUpgradeResult is a copy of this instance's major upgrade, nil before any.
+func (a *Agent) MajorUpgradeResult() *agentapi.MajorUpgradeResult {
+	u := &a.upgradeRun
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.result == nil {
+		return nil
+	}
+	copied := *u.result
+	copied.ExtensionsUpdated = append([]string(nil), u.result.ExtensionsUpdated...)
+	return &copied
+}
+
+// waitAccepting waits for the new server to accept connections, and returns one.
+func (a *Agent) waitAccepting(ctx context.Context) (*pgx.Conn, error) {
+	deadline := time.Now().Add(time.Minute)
+	for {
+		conn, err := a.connect(ctx)
+		if err == nil {
+			return conn, nil
+		}
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("the new major's server does not accept connections: %w", err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
