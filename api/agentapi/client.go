@@ -189,14 +189,23 @@ func (h HTTPClient) StartBackup(ctx context.Context, e Endpoint, req BackupReque
 // BackupResult asks the agent about the named backup; ErrUnknownBackup when it does not know it.
 func (h HTTPClient) BackupResult(ctx context.Context, e Endpoint, name string) (*BackupResult, error) {
 	result := &BackupResult{}
-	err := h.call(ctx, e, http.MethodGet, PathBackups+"/"+name, nil, http.StatusOK, result)
-	if se, ok := err.(statusError); ok && se.code == http.StatusNotFound {
-		return nil, ErrUnknownBackup
-	}
+	known, err := h.getKnown(ctx, e, PathBackups+"/"+name, result)
 	if err != nil {
 		return nil, fmt.Errorf("backup %s: %w", name, err)
 	}
+	if !known {
+		return nil, ErrUnknownBackup
+	}
 	return result, nil
+}
+
+// getKnown GETs path into into; false when the agent answers 404 (it knows no such thing).
+func (h HTTPClient) getKnown(ctx context.Context, e Endpoint, path string, into any) (bool, error) {
+	err := h.call(ctx, e, http.MethodGet, path, nil, http.StatusOK, into)
+	if se, ok := err.(statusError); ok && se.code == http.StatusNotFound {
+		return false, nil
+	}
+	return err == nil, err
 }
 
 func (h HTTPClient) callAny(ctx context.Context, e Endpoint, method, path string, body any, wants []int, into any) error {
@@ -260,12 +269,12 @@ func (h HTTPClient) StartMajorUpgradeCheck(ctx context.Context, e Endpoint, req 
 // MajorUpgradeCheck is the instance's latest check; nil when it ran none since it started.
 func (h HTTPClient) MajorUpgradeCheck(ctx context.Context, e Endpoint) (*MajorUpgradeCheckResult, error) {
 	result := &MajorUpgradeCheckResult{}
-	err := h.call(ctx, e, http.MethodGet, PathMajorUpgradeCheck, nil, http.StatusOK, result)
-	if se, ok := err.(statusError); ok && se.code == http.StatusNotFound {
-		return nil, nil
-	}
+	known, err := h.getKnown(ctx, e, PathMajorUpgradeCheck, result)
 	if err != nil {
 		return nil, fmt.Errorf("major upgrade check: %w", err)
+	}
+	if !known {
+		return nil, nil
 	}
 	return result, nil
 }
@@ -285,12 +294,12 @@ func (h HTTPClient) StartMajorUpgrade(ctx context.Context, e Endpoint, req Major
 // MajorUpgrade is the instance's major upgrade; nil when it ran none since it started.
 func (h HTTPClient) MajorUpgrade(ctx context.Context, e Endpoint) (*MajorUpgradeResult, error) {
 	result := &MajorUpgradeResult{}
-	err := h.call(ctx, e, http.MethodGet, PathMajorUpgrade, nil, http.StatusOK, result)
-	if se, ok := err.(statusError); ok && se.code == http.StatusNotFound {
-		return nil, nil
-	}
+	known, err := h.getKnown(ctx, e, PathMajorUpgrade, result)
 	if err != nil {
 		return nil, fmt.Errorf("major upgrade: %w", err)
+	}
+	if !known {
+		return nil, nil
 	}
 	return result, nil
 }

@@ -8,7 +8,6 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/pgpilot/pgpilot-operator/api/agentapi"
-
 	"github.com/pgpilot/pgpilot-operator/internal/instance/postgres"
 )
 
@@ -44,6 +43,12 @@ func WaitReplayed(t TB, primary *pgx.Conn, standby *postgres.Instance, password 
 	if err := primary.QueryRow(context.Background(), "SELECT pg_current_wal_lsn()::text").Scan(&lsn); err != nil {
 		t.Fatal(err)
 	}
+	WaitReplayedTo(t, standby, lsn, password)
+}
+
+// WaitReplayedTo waits until standby replayed WAL up to lsn.
+func WaitReplayedTo(t TB, standby *postgres.Instance, lsn, password string) {
+	t.Helper()
 	conn := Connect(t, standby, agentapi.Superuser, password, "postgres")
 	defer func() { _ = conn.Close(context.Background()) }()
 	Eventually(t, "standby replayed "+lsn, func() error {

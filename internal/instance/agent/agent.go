@@ -303,22 +303,32 @@ func (a *Agent) bootstrap(ctx context.Context, l Lease) error {
 func (a *Agent) ensureRoles(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
+	conn, err := a.connectOnceAccepting(ctx)
+	if err != nil {
+		return err
+	}
+	c := a.credentials()
+	err = postgres.EnsureRoles(ctx, conn, a.roles(c))
+	_ = conn.Close(ctx)
+	if err == nil {
+		a.applied = &c
+	}
+	return err
+}
+
+// connectOnceAccepting waits for the server just started to accept connections, and returns
+// one; it gives up when the server exits or ctx ends.
+func (a *Agent) connectOnceAccepting(ctx context.Context) (*pgx.Conn, error) {
 	for {
 		conn, err := a.connect(ctx)
 		if err == nil {
-			c := a.credentials()
-			err = postgres.EnsureRoles(ctx, conn, a.roles(c))
-			_ = conn.Close(ctx)
-			if err == nil {
-				a.applied = &c
-			}
-			return err
+			return conn, nil
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("postgres did not accept connections: %w", err)
+			return nil, fmt.Errorf("postgres did not accept connections: %w", err)
 		case <-a.Instance.Exited():
-			return fmt.Errorf("postgres exited during start: %v", a.Instance.ExitErr())
+			return nil, fmt.Errorf("postgres exited during start: %v", a.Instance.ExitErr())
 		case <-time.After(500 * time.Millisecond):
 		}
 	}
@@ -328,8 +338,11 @@ func (a *Agent) ensureRoles(ctx context.Context) error {
 func (a *Agent) isPrimary() bool { return !a.Instance.IsStandby() }
 
 // connect opens a superuser connection to the local server, over its socket.
-func (a *Agent) connect(ctx context.Context) (*pgx.Conn, error) {
-	return postgres.ConnectLocal(ctx, a.Instance.SocketDir, a.Instance.Port, agentapi.Superuser, "postgres")
+func (a *Agent) connect(ctx context.Context) (*pgx.Conn, error) { return a.connectTo(ctx, "postgres") }
+
+// connectTo is connect to database (a postgres.Connector).
+func (a *Agent) connectTo(ctx context.Context, database string) (*pgx.Conn, error) {
+	return postgres.ConnectLocal(ctx, a.Instance.SocketDir, a.Instance.Port, agentapi.Superuser, database)
 }
 
 // configHash identifies the configuration files as they are now.

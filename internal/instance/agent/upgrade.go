@@ -8,8 +8,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/pgpilot/pgpilot-operator/api/agentapi"
 	"github.com/pgpilot/pgpilot-operator/internal/instance/postgres"
 )
@@ -43,9 +41,6 @@ func (a *Agent) recoverMajorUpgrade() error {
 
 // runDataDirectoryMajor picks the carried server when the data directory is of its major.
 func (a *Agent) runDataDirectoryMajor(ctx context.Context) error {
-	if a.Config.CarriedDir == "" {
-		return nil
-	}
 	carried, found, err := postgres.FindCarried(a.Config.CarriedDir)
 	if err != nil || !found {
 		return err
@@ -58,6 +53,20 @@ func (a *Agent) runDataDirectoryMajor(ctx context.Context) error {
 		a.Log.Info("running the carried server of the data directory's major until its upgrade", "major", carried.Major)
 	}
 	return nil
+}
+
+// runningCarried is the carried server this instance runs and the image's major it would be
+// upgraded to; ErrNothingToUpgrade when it runs the image's own server.
+func (a *Agent) runningCarried(ctx context.Context) (postgres.Carried, int, error) {
+	carried, found, err := postgres.FindCarried(a.Config.CarriedDir)
+	if err != nil {
+		return carried, 0, err
+	}
+	if !found || a.Instance.BinDir != carried.BinDir() {
+		return carried, 0, agentapi.ErrNothingToUpgrade
+	}
+	to, err := (&postgres.Instance{BinDir: a.Config.BinDir}).BinariesMajor(ctx)
+	return carried, to, err
 }
 
 // upgradeCheckTimeout bounds a check: the rehearsal restores every database's schema.
@@ -79,18 +88,14 @@ func (a *Agent) StartMajorUpgradeCheck(ctx context.Context, req agentapi.MajorUp
 	if c.result != nil && c.result.Phase == agentapi.UpgradeCheckRunning {
 		return false, nil
 	}
-	if a.Instance.BinDir == a.Config.BinDir || !a.Instance.Running() {
-		return false, agentapi.ErrNothingToUpgrade
+	carried, to, err := a.runningCarried(ctx)
+	if err == nil && !a.Instance.Running() {
+		err = agentapi.ErrNothingToUpgrade
 	}
-	from, err := a.Instance.DataMajor()
 	if err != nil {
 		return false, err
 	}
-	to, err := (&postgres.Instance{BinDir: a.Config.BinDir}).BinariesMajor(ctx)
-	if err != nil {
-		return false, err
-	}
-	c.result = &agentapi.MajorUpgradeCheckResult{From: from, To: to, Mode: req.Mode,
+	c.result = &agentapi.MajorUpgradeCheckResult{From: carried.Major, To: to, Mode: req.Mode,
 		Phase: agentapi.UpgradeCheckRunning, StartedAt: time.Now().UTC().Format(time.RFC3339)}
 	go a.runMajorUpgradeCheck(context.WithoutCancel(ctx), postgres.UpgradeMode(req.Mode))
 	return true, nil
@@ -101,9 +106,7 @@ func (a *Agent) runMajorUpgradeCheck(ctx context.Context, mode postgres.UpgradeM
 	defer cancel()
 	upgrade := a.majorUpgrade()
 	upgrade.Mode = mode
-	problems, err := upgrade.CheckAll(ctx, func(ctx context.Context, database string) (*pgx.Conn, error) {
-		return postgres.ConnectLocal(ctx, a.Instance.SocketDir, a.Instance.Port, agentapi.Superuser, database)
-	})
+	problems, err := upgrade.CheckAll(ctx, a.connectTo)
 	c := &a.upgradeCheck
 	c.mu.Lock()
 	defer c.mu.Unlock()

@@ -7,8 +7,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/pgpilot/pgpilot-operator/api/agentapi"
 	"github.com/pgpilot/pgpilot-operator/internal/instance/postgres"
 )
@@ -40,12 +38,12 @@ func (a *Agent) StartMajorUpgrade(ctx context.Context, req agentapi.MajorUpgrade
 	if u.result != nil && u.result.StoppedAt == "" {
 		return false, nil
 	}
-	carried, err := a.carried()
+	carried, to, err := a.runningCarried(ctx)
+	if errors.Is(err, agentapi.ErrNothingToUpgrade) || err == nil && (a.isPrimary() || !a.Instance.Running()) {
+		return false, fmt.Errorf("%w: a major upgrade runs on a running standby of the carried major", agentapi.ErrWrongRole)
+	}
 	if err != nil {
 		return false, err
-	}
-	if a.Instance.BinDir != carried.BinDir() || a.isPrimary() || !a.Instance.Running() {
-		return false, fmt.Errorf("%w: a major upgrade runs on a running standby of the carried major", agentapi.ErrWrongRole)
 	}
 	// The operator grants the Lease first, as for a promotion; an order without it is stale.
 	lease, err := a.keeper().Read(ctx)
@@ -55,22 +53,10 @@ func (a *Agent) StartMajorUpgrade(ctx context.Context, req agentapi.MajorUpgrade
 	if lease.Holder != a.Config.PodName {
 		return false, fmt.Errorf("%w: the primary lease names %q", agentapi.ErrWrongRole, lease.Holder)
 	}
-	to, err := (&postgres.Instance{BinDir: a.Config.BinDir}).BinariesMajor(ctx)
-	if err != nil {
-		return false, err
-	}
 	u.result = &agentapi.MajorUpgradeResult{From: carried.Major, To: to, Mode: req.Mode,
 		Step: agentapi.UpgradeStepPromoting, StartedAt: time.Now().UTC().Format(time.RFC3339)}
 	go a.runMajorUpgrade(context.WithoutCancel(ctx), carried, req)
 	return true, nil
-}
-
-func (a *Agent) carried() (postgres.Carried, error) {
-	carried, found, err := postgres.FindCarried(a.Config.CarriedDir)
-	if err == nil && !found {
-		err = agentapi.ErrNothingToUpgrade
-	}
-	return carried, err
 }
 
 func (a *Agent) runMajorUpgrade(ctx context.Context, carried postgres.Carried, req agentapi.MajorUpgradeRequest) {
@@ -151,9 +137,11 @@ func (a *Agent) revertMajorUpgrade(upgrade *postgres.MajorUpgrade, cause error) 
 // openAfterMajorUpgrade: the Lease renewed, the slots the others stream through, the previous
 // directory removed; the new primary takes writes.
 func (a *Agent) openAfterMajorUpgrade(ctx context.Context, upgrade *postgres.MajorUpgrade, slots []string) error {
-	conn, err := a.waitAccepting(ctx)
+	waitCtx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	conn, err := a.connectOnceAccepting(waitCtx)
 	if err != nil {
-		return err
+		return fmt.Errorf("the new major's server: %w", err)
 	}
 	err = postgres.EnsureSlots(ctx, conn, slots)
 	_ = conn.Close(ctx)
@@ -173,10 +161,7 @@ func (a *Agent) openAfterMajorUpgrade(ctx context.Context, upgrade *postgres.Maj
 // catchUpAfterMajorUpgrade updates the extensions and rebuilds the statistics, without holding
 // the server: it takes writes meanwhile, and the analysis takes as long as the data is big.
 func (a *Agent) catchUpAfterMajorUpgrade(ctx context.Context) error {
-	connect := func(ctx context.Context, database string) (*pgx.Conn, error) {
-		return postgres.ConnectLocal(ctx, a.Instance.SocketDir, a.Instance.Port, agentapi.Superuser, database)
-	}
-	updated, err := postgres.UpdateExtensions(ctx, connect)
+	updated, err := postgres.UpdateExtensions(ctx, a.connectTo)
 	a.upgradeRun.mu.Lock()
 	a.upgradeRun.result.ExtensionsUpdated = updated
 	a.upgradeRun.mu.Unlock()
@@ -201,19 +186,4 @@ func (a *Agent) MajorUpgradeResult() *agentapi.MajorUpgradeResult {
 	copied := *u.result
 	copied.ExtensionsUpdated = append([]string(nil), u.result.ExtensionsUpdated...)
 	return &copied
-}
-
-// waitAccepting waits for the new server to accept connections, and returns one.
-func (a *Agent) waitAccepting(ctx context.Context) (*pgx.Conn, error) {
-	deadline := time.Now().Add(time.Minute)
-	for {
-		conn, err := a.connect(ctx)
-		if err == nil {
-			return conn, nil
-		}
-		if time.Now().After(deadline) {
-			return nil, fmt.Errorf("the new major's server does not accept connections: %w", err)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
 }

@@ -72,15 +72,8 @@ func upgradePair(t *testing.T, carried postgres.Carried, onOldPrimary string) (s
 	if err != nil || !demoted.Clean {
 		t.Fatalf("demote = %+v, %v", demoted, err)
 	}
-	conn := pgtest.Connect(t, standbyInst, agentapi.Superuser, credentials.SuperuserPassword, "postgres")
-	pgtest.Eventually(t, "the standby replayed the old primary's shutdown", func() error {
-		var caught bool
-		if err := conn.QueryRow(ctx, "SELECT pg_last_wal_replay_lsn() >= $1::pg_lsn", demoted.ShutdownLSN).Scan(&caught); err != nil || !caught {
-			return fmt.Errorf("behind (%v)", err)
-		}
-		return nil
-	})
-	_ = conn.Close(ctx)
+	// The old primary's shutdown checkpoint replayed: the standby has all of it.
+	pgtest.WaitReplayedTo(t, standbyInst, demoted.ShutdownLSN, credentials.SuperuserPassword)
 	leases.Grant("db-1")
 	return standby, standbyInst
 }

@@ -45,8 +45,11 @@ func (c Carried) shareDir() string {
 func (c Carried) allLibraries() string     { return filepath.Join(c.Dir, "lib-all") }
 func (c Carried) missingLibraries() string { return filepath.Join(c.Dir, "lib") }
 
-// FindCarried is the server carried into dir, if dir holds one (of one major).
+// FindCarried is the server carried into dir, if dir is set and holds one (of one major).
 func FindCarried(dir string) (Carried, bool, error) {
+	if dir == "" {
+		return Carried{}, false, nil
+	}
 	majors, err := filepath.Glob(filepath.Join(dir, "usr/lib/postgresql/*"))
 	if err != nil || len(majors) == 0 {
 		return Carried{}, false, err

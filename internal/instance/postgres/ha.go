@@ -173,8 +173,14 @@ func (i *Instance) output(ctx context.Context, binary string, args ...string) ([
 
 // outputEnv is output with more environment variables (a password).
 func (i *Instance) outputEnv(ctx context.Context, env []string, binary string, args ...string) ([]byte, error) {
+	return i.outputIn(ctx, "", env, binary, args...)
+}
+
+// outputIn is outputEnv run in the directory dir ("": the agent's own).
+func (i *Instance) outputIn(ctx context.Context, dir string, env []string, binary string, args ...string) ([]byte, error) {
 	cmd := exec.CommandContext(ctx, filepath.Join(i.BinDir, binary), args...)
 	i.prepare(cmd)
+	cmd.Dir = dir
 	cmd.Env = append(cmd.Env, env...)
 	// pg_basebackup streams WAL from a forked child that holds the output pipe: cancelled, the
 	// whole group goes, or Run would wait for that pipe forever (an agent stopped in a clone

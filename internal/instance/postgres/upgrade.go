@@ -1,13 +1,11 @@
 package postgres
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -171,7 +169,7 @@ func (u *MajorUpgrade) Run(ctx context.Context) error {
 		mode = "--copy"
 	}
 	if out, err := u.pgUpgrade(ctx, mode); err != nil {
-		return fmt.Errorf("pg_upgrade: %w: %s", err, failureCause(out))
+		return fmt.Errorf("%w: %s", err, failureCause(out))
 	}
 	if err := os.Rename(u.Old.DataDir, u.PreviousDataDir()); err != nil {
 		return err
@@ -294,28 +292,22 @@ func (u *MajorUpgrade) Finish() error {
 	return os.Remove(u.statePath())
 }
 
+// newPort is where the new major's server listens while pg_upgrade or the rehearsal runs it,
+// beside the old one's.
+func (u *MajorUpgrade) newPort() int { return u.Old.Port + 1 }
+
 // pgUpgrade runs the new major's pg_upgrade between the two clusters as the server's user,
 // in the directory above them (pg_upgrade writes there as it goes). The carried binaries'
 // libraries reach the old server through Old's environment.
 func (u *MajorUpgrade) pgUpgrade(ctx context.Context, args ...string) ([]byte, error) {
-	oldPort, newPort := u.Old.Port, u.Old.Port+1
 	args = append([]string{"--old-bindir=" + u.Old.BinDir, "--new-bindir=" + u.NewBinDir,
 		"--old-datadir=" + u.Old.DataDir, "--new-datadir=" + u.NextDataDir(),
-		"--old-port=" + strconv.Itoa(oldPort), "--new-port=" + strconv.Itoa(newPort),
+		"--old-port=" + strconv.Itoa(u.Old.Port), "--new-port=" + strconv.Itoa(u.newPort()),
 		"--username=" + bootstrapSuperuser, "--socketdir=" + u.Old.SocketDir,
 		// The carried server has no JIT, and pgpilot's preloaded libraries are the new
 		// cluster's business once it runs.
 		"--old-options=-c jit=off", "--new-options=-c jit=off"}, args...)
-	cmd := exec.CommandContext(ctx, filepath.Join(u.NewBinDir, "pg_upgrade"), args...)
-	u.Old.prepare(cmd)
-	cmd.Dir = filepath.Dir(u.Old.DataDir)
-	cmd.SysProcAttr.Setpgid = true
-	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
-	var buf bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &buf, &buf
-	err := cmd.Run()
-	_, _ = u.Old.logOutput().Write(buf.Bytes())
-	return buf.Bytes(), err
+	return u.newInstance("").outputIn(ctx, filepath.Dir(u.Old.DataDir), nil, "pg_upgrade", args...)
 }
 
 func syncDir(dir string) error {

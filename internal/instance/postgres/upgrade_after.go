@@ -14,50 +14,32 @@ import (
 // UpdateExtensions updates every extension of every database whose installed version is older
 // than the new image's default (ALTER EXTENSION … UPDATE), and returns them as "name in database
 // to version".
-func UpdateExtensions(ctx context.Context, connect func(ctx context.Context, database string) (*pgx.Conn, error)) ([]string, error) {
-	databases, err := restoredDatabases(ctx, connect)
-	if err != nil {
-		return nil, err
-	}
+func UpdateExtensions(ctx context.Context, connect Connector) ([]string, error) {
 	var updated []string
-	for _, database := range databases {
-		names, err := updateExtensionsOf(ctx, connect, database)
+	err := eachDatabase(ctx, connect, func(conn *pgx.Conn, database string) error {
+		rows, err := conn.Query(ctx, `SELECT e.extname, a.default_version FROM pg_extension e
+			JOIN pg_available_extensions a ON a.name = e.extname
+			WHERE a.default_version IS DISTINCT FROM e.extversion ORDER BY e.extname`)
 		if err != nil {
-			return updated, err
+			return fmt.Errorf("list the extensions of %s: %w", database, err)
 		}
-		updated = append(updated, names...)
-	}
-	return updated, nil
-}
-
-func updateExtensionsOf(ctx context.Context, connect func(ctx context.Context, database string) (*pgx.Conn, error), database string) ([]string, error) {
-	conn, err := connect(ctx, database)
-	if err != nil {
-		return nil, fmt.Errorf("connect to %s: %w", database, err)
-	}
-	defer func() { _ = conn.Close(ctx) }()
-	rows, err := conn.Query(ctx, `SELECT e.extname, a.default_version FROM pg_extension e
-		JOIN pg_available_extensions a ON a.name = e.extname
-		WHERE a.default_version IS DISTINCT FROM e.extversion ORDER BY e.extname`)
-	if err != nil {
-		return nil, fmt.Errorf("list the extensions of %s: %w", database, err)
-	}
-	type outdated struct{ name, version string }
-	stale, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (outdated, error) {
-		var o outdated
-		return o, row.Scan(&o.name, &o.version)
+		type outdated struct{ name, version string }
+		stale, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (outdated, error) {
+			var o outdated
+			return o, row.Scan(&o.name, &o.version)
+		})
+		if err != nil {
+			return err
+		}
+		for _, e := range stale {
+			if _, err := conn.Exec(ctx, "ALTER EXTENSION "+pgx.Identifier{e.name}.Sanitize()+" UPDATE"); err != nil {
+				return fmt.Errorf("update extension %s in %s: %w", e.name, database, err)
+			}
+			updated = append(updated, fmt.Sprintf("%s in %s to %s", e.name, database, e.version))
+		}
+		return nil
 	})
-	if err != nil {
-		return nil, err
-	}
-	var updated []string
-	for _, e := range stale {
-		if _, err := conn.Exec(ctx, "ALTER EXTENSION "+pgx.Identifier{e.name}.Sanitize()+" UPDATE"); err != nil {
-			return updated, fmt.Errorf("update extension %s in %s: %w", e.name, database, err)
-		}
-		updated = append(updated, fmt.Sprintf("%s in %s to %s", e.name, database, e.version))
-	}
-	return updated, nil
+	return updated, err
 }
 
 // RebuildStatistics gives the planner statistics again: pg_upgrade carries none before 18, and

@@ -36,7 +36,7 @@ func (u *MajorUpgrade) Check(ctx context.Context) error {
 	}
 	problems := checkProblems(out, u.reportFiles())
 	if len(problems) == 0 {
-		return fmt.Errorf("pg_upgrade --check: %w", err)
+		return fmt.Errorf("check: %w", err)
 	}
 	return &UpgradeCheckFailed{Problems: problems}
 }
@@ -103,51 +103,27 @@ func failureCause(out []byte) string {
 // opens a superuser connection to one) whose control file the new major's installation lacks,
 // as "name in database". pg_upgrade's check finds missing libraries only; an extension made of
 // SQL alone would fail the upgrade half-way.
-func (u *MajorUpgrade) MissingExtensions(ctx context.Context, connect func(ctx context.Context, database string) (*pgx.Conn, error)) ([]string, error) {
+func (u *MajorUpgrade) MissingExtensions(ctx context.Context, connect Connector) ([]string, error) {
 	out, err := u.newInstance("").output(ctx, "pg_config", "--sharedir")
 	if err != nil {
 		return nil, err
 	}
 	extensionDir := filepath.Join(strings.TrimSpace(string(out)), "extension")
-	conn, err := connect(ctx, maintenanceDatabase)
-	if err != nil {
-		return nil, err
-	}
-	rows, err := conn.Query(ctx, "SELECT datname FROM pg_database WHERE datallowconn ORDER BY datname")
-	var databases []string
-	if err == nil {
-		databases, err = pgx.CollectRows(rows, pgx.RowTo[string])
-	}
-	_ = conn.Close(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("list databases: %w", err)
-	}
 	var missing []string
-	for _, database := range databases {
-		names, err := installedExtensions(ctx, connect, database)
+	err = eachDatabase(ctx, connect, func(conn *pgx.Conn, database string) error {
+		rows, err := conn.Query(ctx, "SELECT extname FROM pg_extension ORDER BY extname")
 		if err != nil {
-			return nil, err
+			return fmt.Errorf("list the extensions of %s: %w", database, err)
 		}
+		names, err := pgx.CollectRows(rows, pgx.RowTo[string])
 		for _, name := range names {
 			if _, err := os.Stat(filepath.Join(extensionDir, name+".control")); err != nil {
 				missing = append(missing, fmt.Sprintf("%s in %s", name, database))
 			}
 		}
-	}
-	return missing, nil
-}
-
-func installedExtensions(ctx context.Context, connect func(ctx context.Context, database string) (*pgx.Conn, error), database string) ([]string, error) {
-	conn, err := connect(ctx, database)
-	if err != nil {
-		return nil, fmt.Errorf("connect to %s: %w", database, err)
-	}
-	defer func() { _ = conn.Close(ctx) }()
-	rows, err := conn.Query(ctx, "SELECT extname FROM pg_extension ORDER BY extname")
-	if err != nil {
-		return nil, fmt.Errorf("list the extensions of %s: %w", database, err)
-	}
-	return pgx.CollectRows(rows, pgx.RowTo[string])
+		return err
+	})
+	return missing, err
 }
 
 // spaceMargin is room left for the new cluster's WAL and pg_upgrade's logs and dumps.
@@ -155,18 +131,18 @@ const spaceMargin = 256 << 20
 
 // CheckSpace makes sure the data directory's volume holds what the mode writes: the new
 // catalogs for a link upgrade, a copy of every database for a copy upgrade, each with a margin.
-func (u *MajorUpgrade) CheckSpace(ctx context.Context, connect func(ctx context.Context, database string) (*pgx.Conn, error)) error {
-	databases, err := restoredDatabases(ctx, connect)
-	if err != nil {
-		return err
-	}
+func (u *MajorUpgrade) CheckSpace(ctx context.Context, connect Connector) error {
 	var needed int64
-	for _, database := range databases {
-		size, err := upgradeWrites(ctx, connect, database, u.Mode)
+	err := eachDatabase(ctx, connect, func(conn *pgx.Conn, database string) error {
+		size, err := upgradeWrites(ctx, conn, u.Mode)
 		if err != nil {
-			return err
+			return fmt.Errorf("size of %s: %w", database, err)
 		}
 		needed += size
+		return nil
+	})
+	if err != nil {
+		return err
 	}
 	var fs syscall.Statfs_t
 	if err := syscall.Statfs(filepath.Dir(u.Old.DataDir), &fs); err != nil {
@@ -178,14 +154,9 @@ func (u *MajorUpgrade) CheckSpace(ctx context.Context, connect func(ctx context.
 	return nil
 }
 
-// upgradeWrites is what the upgrade writes for one database: its system catalogs when linking
+// upgradeWrites is what the upgrade writes for the database conn is connected to: its system catalogs when linking
 // (the user's files are linked), all of it when copying.
-func upgradeWrites(ctx context.Context, connect func(ctx context.Context, database string) (*pgx.Conn, error), database string, mode UpgradeMode) (int64, error) {
-	conn, err := connect(ctx, database)
-	if err != nil {
-		return 0, fmt.Errorf("connect to %s: %w", database, err)
-	}
-	defer func() { _ = conn.Close(ctx) }()
+func upgradeWrites(ctx context.Context, conn *pgx.Conn, mode UpgradeMode) (int64, error) {
 	query := `SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0)::bigint FROM pg_class c
 		JOIN pg_namespace n ON n.oid = c.relnamespace
 		WHERE n.nspname IN ('pg_catalog', 'information_schema') AND c.relkind IN ('r', 'm')`
@@ -193,10 +164,8 @@ func upgradeWrites(ctx context.Context, connect func(ctx context.Context, databa
 		query = "SELECT pg_database_size(current_database())"
 	}
 	var size int64
-	if err := conn.QueryRow(ctx, query).Scan(&size); err != nil {
-		return 0, fmt.Errorf("size of %s: %w", database, err)
-	}
-	return size, nil
+	err := conn.QueryRow(ctx, query).Scan(&size)
+	return size, err
 }
 
 // spaceProblem says why free bytes cannot hold what a mode's upgrade writes, "" when they can.
@@ -211,7 +180,7 @@ func spaceProblem(mode UpgradeMode, needed, free int64) string {
 // CheckAll runs every check against the old cluster as it runs (a hot standby): pg_upgrade's,
 // the extensions, the rehearsal of the schema's restore and the space, and returns every
 // problem found, none when the upgrade may start. The new cluster is prepared on the way.
-func (u *MajorUpgrade) CheckAll(ctx context.Context, connect func(ctx context.Context, database string) (*pgx.Conn, error)) ([]string, error) {
+func (u *MajorUpgrade) CheckAll(ctx context.Context, connect Connector) ([]string, error) {
 	if err := u.Prepare(ctx); err != nil {
 		return nil, err
 	}

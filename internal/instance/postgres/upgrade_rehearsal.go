@@ -31,7 +31,7 @@ const (
 // does, then makes the new cluster afresh. What fails to restore comes back as
 // *UpgradeCheckFailed, one problem per database with the server's error. connect opens a
 // superuser connection to one of the old cluster's databases.
-func (u *MajorUpgrade) Rehearse(ctx context.Context, connect func(ctx context.Context, database string) (*pgx.Conn, error)) error {
+func (u *MajorUpgrade) Rehearse(ctx context.Context, connect Connector) error {
 	databases, err := restoredDatabases(ctx, connect)
 	if err != nil {
 		return err
@@ -51,10 +51,9 @@ func (u *MajorUpgrade) Rehearse(ctx context.Context, connect func(ctx context.Co
 	if err := u.Old.chown(work); err != nil {
 		return err
 	}
-	newPort := strconv.Itoa(u.Old.Port + 1)
 	_, err = scratch.output(ctx, "pg_ctl", "start", "--wait", "--pgdata="+scratch.DataDir,
 		"--log="+filepath.Join(work, "server.log"),
-		"--options=-b -p "+newPort+" -k "+u.Old.SocketDir+" -c listen_addresses= -c fsync=off -c jit=off -c autovacuum=off")
+		"--options=-b -p "+strconv.Itoa(u.newPort())+" -k "+u.Old.SocketDir+" -c listen_addresses= -c fsync=off -c jit=off -c autovacuum=off")
 	if err != nil {
 		return fmt.Errorf("start the new major in binary upgrade mode: %w", err)
 	}
@@ -73,18 +72,43 @@ func (u *MajorUpgrade) Rehearse(ctx context.Context, connect func(ctx context.Co
 	return nil
 }
 
-// restoredDatabases are the databases pg_upgrade carries over: all but template0.
-func restoredDatabases(ctx context.Context, connect func(ctx context.Context, database string) (*pgx.Conn, error)) ([]string, error) {
+// Connector opens a superuser connection to one database of a cluster.
+type Connector func(ctx context.Context, database string) (*pgx.Conn, error)
+
+// restoredDatabases are the databases pg_upgrade carries over: all but template0, template1
+// first. One that allows no connections is left out: pg_upgrade's check reports it.
+func restoredDatabases(ctx context.Context, connect Connector) ([]string, error) {
 	conn, err := connect(ctx, maintenanceDatabase)
 	if err != nil {
 		return nil, err
 	}
 	defer func() { _ = conn.Close(ctx) }()
-	rows, err := conn.Query(ctx, "SELECT datname FROM pg_database WHERE datname <> 'template0' ORDER BY datname <> 'template1', datname")
+	rows, err := conn.Query(ctx, `SELECT datname FROM pg_database WHERE datname <> 'template0' AND datallowconn
+		ORDER BY datname <> 'template1', datname`)
 	if err != nil {
 		return nil, fmt.Errorf("list databases: %w", err)
 	}
 	return pgx.CollectRows(rows, pgx.RowTo[string])
+}
+
+// eachDatabase calls visit with a connection to each of the restoredDatabases in turn.
+func eachDatabase(ctx context.Context, connect Connector, visit func(conn *pgx.Conn, database string) error) error {
+	databases, err := restoredDatabases(ctx, connect)
+	if err != nil {
+		return err
+	}
+	for _, database := range databases {
+		conn, err := connect(ctx, database)
+		if err != nil {
+			return fmt.Errorf("connect to %s: %w", database, err)
+		}
+		err = visit(conn, database)
+		_ = conn.Close(ctx)
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // restoreSchemas restores the roles, then each database's schema with pg_upgrade's options
@@ -92,7 +116,7 @@ func restoredDatabases(ctx context.Context, connect func(ctx context.Context, da
 // fails is a problem; the others are still tried, so the report is whole.
 func (u *MajorUpgrade) restoreSchemas(ctx context.Context, scratch *Instance, work string, databases []string) ([]string, error) {
 	old := []string{"--host=" + u.Old.SocketDir, "--port=" + strconv.Itoa(u.Old.Port), "--username=" + bootstrapSuperuser}
-	target := []string{"--host=" + u.Old.SocketDir, "--port=" + strconv.Itoa(u.Old.Port+1), "--username=" + bootstrapSuperuser}
+	target := []string{"--host=" + u.Old.SocketDir, "--port=" + strconv.Itoa(u.newPort()), "--username=" + bootstrapSuperuser}
 	major, err := scratch.BinariesMajor(ctx)
 	if err != nil {
 		return nil, err
