@@ -303,3 +303,27 @@ func (h HTTPClient) MajorUpgrade(ctx context.Context, e Endpoint) (*MajorUpgrade
 	}
 	return result, nil
 }
+
+// StartMajorUpgradeRebuild asks an instance of the older major to rebuild itself as the upgraded
+// primary's standby, in the background; ErrWrongRole when it cannot.
+func (h HTTPClient) StartMajorUpgradeRebuild(ctx context.Context, e Endpoint, req MajorUpgradeRebuildRequest) (*MajorUpgradeRebuildResult, error) {
+	result := &MajorUpgradeRebuildResult{}
+	err := h.callAny(ctx, e, http.MethodPost, PathMajorUpgradeRebuild, req, []int{http.StatusAccepted, http.StatusOK}, result)
+	if err != nil {
+		return nil, fmt.Errorf("start the rebuild on the new major: %w", notFoundAs(conflictAs(err, ErrWrongRole), ErrNotSupported))
+	}
+	return result, nil
+}
+
+// MajorUpgradeRebuild is the instance's rebuild; nil when it ran none since it started.
+func (h HTTPClient) MajorUpgradeRebuild(ctx context.Context, e Endpoint) (*MajorUpgradeRebuildResult, error) {
+	result := &MajorUpgradeRebuildResult{}
+	known, err := h.getKnown(ctx, e, PathMajorUpgradeRebuild, result)
+	if err != nil {
+		return nil, fmt.Errorf("rebuild on the new major: %w", err)
+	}
+	if !known {
+		return nil, nil
+	}
+	return result, nil
+}

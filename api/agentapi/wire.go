@@ -335,6 +335,45 @@ type MajorUpgradeResult struct {
 	PgUpgradeMillis int64 `json:"pgUpgradeMillis,omitempty"`
 	// ExtensionsUpdated lists "name in database to version".
 	ExtensionsUpdated []string `json:"extensionsUpdated,omitempty"`
-	StartedAt         string   `json:"startedAt,omitempty"`
-	StoppedAt         string   `json:"stoppedAt,omitempty"`
+	// BackupLabel is the new major's first full backup, taken once the repository's stanza
+	// was upgraded: the other instances are rebuilt from it. BackupError says why there is
+	// none (empty with no label: the cluster has no repository).
+	BackupLabel string `json:"backupLabel,omitempty"`
+	BackupError string `json:"backupError,omitempty"`
+	StartedAt   string `json:"startedAt,omitempty"`
+	StoppedAt   string `json:"stoppedAt,omitempty"`
+}
+
+// PathMajorUpgradeRebuild: POST a MajorUpgradeRebuildRequest to an instance still on the carried
+// older major once the primary runs the new one: it rebuilds itself as the new primary's standby
+// in the background (202, 200 when it runs; 409 ErrWrongRole on a primary or an instance
+// without a carried major). GET answers the MajorUpgradeRebuildResult (404 before any).
+const PathMajorUpgradeRebuild = "/v1/major-upgrade/rebuild"
+
+// MajorUpgradeRebuildRequest names the new major's backup to restore by delta; without one (or
+// when the delta restore fails) the instance clones the primary in full.
+type MajorUpgradeRebuildRequest struct {
+	BackupLabel string `json:"backupLabel,omitempty"`
+}
+
+// How an instance was rebuilt on the new major.
+const (
+	// RebuildDelta: a delta restore of the old directory, which keeps the unchanged files.
+	RebuildDelta = "delta"
+	// RebuildClone: a full copy of the primary.
+	RebuildClone = "clone"
+)
+
+// MajorUpgradeRebuildResult is an instance's rebuild as its agent knows it: done once StoppedAt
+// is set without Error.
+type MajorUpgradeRebuildResult struct {
+	Method string `json:"method,omitempty"`
+	// Copied and Kept are the bytes a delta restore wrote and kept (a clone copies all).
+	Copied int64 `json:"copied,omitempty"`
+	Kept   int64 `json:"kept,omitempty"`
+	// Reason says why a delta restore was not used.
+	Reason    string `json:"reason,omitempty"`
+	Error     string `json:"error,omitempty"`
+	StartedAt string `json:"startedAt,omitempty"`
+	StoppedAt string `json:"stoppedAt,omitempty"`
 }

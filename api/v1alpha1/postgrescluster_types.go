@@ -21,8 +21,11 @@ type PostgresClusterSpec struct {
 	// PostgreSQL major version: 15, 17 or 18. pgpilot runs its own image of that major (the
 	// operator's RELATED_IMAGE_POSTGRES_<major>) unless spec.image names another. Unset, a new
 	// cluster gets 17 (status.postgresMajor records it) and a cluster created before pgpilot
-	// 0.4.0 keeps 15, the only major earlier releases ran. It cannot change once set: pgpilot
-	// does not upgrade a cluster's major version in place yet.
+	// 0.4.0 keeps 15, the only major earlier releases ran. Raising it upgrades the running
+	// cluster in place (status.majorUpgrade): checked first, then pg_upgrade on a replica that
+	// replayed all of the cleanly stopped primary. It cannot be lowered, except back to the
+	// data's major (status.postgresMajor) before the upgrade's point of no return, which cancels
+	// it.
 	// +kubebuilder:validation:Enum=15;17;18
 	// +optional
 	// +operator-sdk:csv:customresourcedefinitions:type=spec,displayName="PostgreSQL Version",xDescriptors={"urn:alm:descriptor:com.tectonic.ui:select:15","urn:alm:descriptor:com.tectonic.ui:select:17","urn:alm:descriptor:com.tectonic.ui:select:18"},order=1
@@ -83,6 +86,16 @@ type PostgresClusterSpec struct {
 	// +operator-sdk:csv:customresourcedefinitions:type=spec,displayName="Primary Update Method",xDescriptors={"urn:alm:descriptor:com.tectonic.ui:select:switchover","urn:alm:descriptor:com.tectonic.ui:select:restart"},order=8
 	PrimaryUpdateMethod PrimaryUpdateMethod `json:"primaryUpdateMethod,omitempty"`
 
+	// How a major upgrade treats the data directory: link (the default) hard-links the relation
+	// files into the new major's directory, so the outage does not grow with the data, and the
+	// old major's directory cannot be started once the new server has; copy copies them, which
+	// takes as long as the data is big and twice its space, and keeps the old directory intact.
+	// +kubebuilder:validation:Enum=link;copy
+	// +kubebuilder:default=link
+	// +optional
+	// +operator-sdk:csv:customresourcedefinitions:type=spec,displayName="Major Upgrade Mode",xDescriptors={"urn:alm:descriptor:com.tectonic.ui:select:link","urn:alm:descriptor:com.tectonic.ui:select:copy","urn:alm:descriptor:com.tectonic.ui:advanced"},order=9
+	MajorUpgradeMode MajorUpgradeMode `json:"majorUpgradeMode,omitempty"`
+
 	// Continuous WAL archiving and backups into an S3-compatible pgBackRest repository.
 	// +optional
 	// +operator-sdk:csv:customresourcedefinitions:type=spec,displayName="Backup",order=9
@@ -113,6 +126,15 @@ type PostgresClusterSpec struct {
 	// +operator-sdk:csv:customresourcedefinitions:type=spec,displayName="Superuser Network Access",xDescriptors={"urn:alm:descriptor:com.tectonic.ui:booleanSwitch","urn:alm:descriptor:com.tectonic.ui:advanced"},order=12
 	EnableSuperuserAccess *bool `json:"enableSuperuserAccess,omitempty"`
 }
+
+// MajorUpgradeMode is how pg_upgrade carries the relation files to the new major.
+type MajorUpgradeMode string
+
+// Major upgrade modes.
+const (
+	MajorUpgradeLink MajorUpgradeMode = "link"
+	MajorUpgradeCopy MajorUpgradeMode = "copy"
+)
 
 // PrimaryUpdateMethod is how the primary's outdated pod is replaced.
 type PrimaryUpdateMethod string
@@ -350,10 +372,13 @@ const (
 	// when it was created, differs from the one the running C library or ICU provides: indexes
 	// on text sorted by the old rules may be corrupt until rebuilt. Absent until first found.
 	ConditionCollationVersionMismatch = "CollationVersionMismatch"
+	// ConditionMajorUpgrade is True while a major upgrade runs and once it completed, False when
+	// its check found problems (each named) or it was reverted; absent before any.
+	ConditionMajorUpgrade = "MajorUpgrade"
 )
 
 // Phase is a one-word summary of the cluster for `kubectl get`.
-// +kubebuilder:validation:Enum=Pending;Bootstrapping;Ready;Scaling;Degraded;SwitchingOver;FailingOver;Upgrading;Deleting
+// +kubebuilder:validation:Enum=Pending;Bootstrapping;Ready;Scaling;Degraded;SwitchingOver;FailingOver;Upgrading;UpgradingMajor;Deleting
 type Phase string
 
 // Phases of a PostgresCluster.
@@ -369,6 +394,9 @@ const (
 	PhaseFailingOver Phase = "FailingOver"
 	// PhaseUpgrading: pgpilot replaces instance pods whose template is outdated, one at a time.
 	PhaseUpgrading Phase = "Upgrading"
+	// PhaseUpgradingMajor: pgpilot moves the cluster to spec.postgresVersion
+	// (status.majorUpgrade says which step).
+	PhaseUpgradingMajor Phase = "UpgradingMajor"
 	PhaseDeleting  Phase = "Deleting"
 )
 
@@ -500,6 +528,11 @@ type PostgresClusterStatus struct {
 	// +optional
 	// +operator-sdk:csv:customresourcedefinitions:type=status,displayName="Backup",order=17
 	Backup *ClusterBackupStatus `json:"backup,omitempty"`
+
+	// The major upgrade under way, or the last one's outcome.
+	// +optional
+	// +operator-sdk:csv:customresourcedefinitions:type=status,displayName="Major Upgrade",order=19
+	MajorUpgrade *MajorUpgradeStatus `json:"majorUpgrade,omitempty"`
 }
 
 // InstanceStatus is one instance as its agent reported it.
@@ -572,7 +605,7 @@ type InstanceStatus struct {
 // and the Services applications connect to (<name>-rw, <name>-ro, <name>-r).
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
-// +kubebuilder:validation:XValidation:rule="!has(oldSelf.spec.postgresVersion) || (has(self.spec.postgresVersion) && (self.spec.postgresVersion == oldSelf.spec.postgresVersion || (has(self.status) && has(self.status.postgresMajor) && self.spec.postgresVersion == self.status.postgresMajor)))",message="spec.postgresVersion cannot change or be removed, except to the major the cluster's data is in (status.postgresMajor): pgpilot does not upgrade a cluster's major version in place yet; create a cluster of the new major and move the data with pg_dump"
+// +kubebuilder:validation:XValidation:rule="!has(oldSelf.spec.postgresVersion) || (has(self.spec.postgresVersion) && (self.spec.postgresVersion >= oldSelf.spec.postgresVersion || (has(self.status) && has(self.status.postgresMajor) && self.spec.postgresVersion == self.status.postgresMajor)))",message="spec.postgresVersion cannot be lowered or removed, except back to the major the cluster's data is in (status.postgresMajor), which cancels a major upgrade before its point of no return: data of a newer major cannot run on an older server"
 // +operator-sdk:csv:customresourcedefinitions:displayName="PostgreSQL Cluster",resources={{StatefulSet,v1},{Pod,v1},{Service,v1},{Secret,v1},{ConfigMap,v1},{PodDisruptionBudget,v1},{PersistentVolumeClaim,v1},{Event,v1}}
 // +kubebuilder:resource:shortName=pgc,categories=pgpilot
 // +kubebuilder:printcolumn:name="Instances",type=integer,JSONPath=`.spec.instances`

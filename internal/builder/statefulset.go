@@ -28,10 +28,15 @@ const (
 	socketDir        = "/var/run/postgresql"
 	agentVolumeName  = "pgpilot-bin"
 	agentDir         = "/pgpilot/bin"
+	// The older major's server during a major upgrade (Images.Carried).
+	carriedVolumeName = "pgpilot-carried"
+	carriedDir        = "/pgpilot/carried"
 	// AgentPath is the agent in the PostgreSQL container, where `kubectl exec` finds it.
 	AgentPath = agentDir + "/agent"
 	// PostgresContainerName is the container that runs the agent and PostgreSQL.
 	PostgresContainerName = "postgres"
+	// CarryContainerName is the init container that carries an older major's server in.
+	CarryContainerName = "carry-postgres"
 	// The credential Secrets, projected: the kubelet rewrites the files when a Secret changes,
 	// and the agent applies the new passwords without a restart.
 	credentialsVolumeName = "credentials"
@@ -53,6 +58,15 @@ type Images struct {
 	// PostgresMajor is the major of Postgres, recorded on the StatefulSet
 	// (PostgresMajorAnnotation).
 	PostgresMajor int32
+	// Carried, during a major upgrade, is the image of the data's older major, whose server an
+	// init container copies out for the agent to run until the data is upgraded.
+	Carried *CarriedImage
+}
+
+// CarriedImage is an older major's image and that major.
+type CarriedImage struct {
+	Image string
+	Major int32
 }
 
 // PostgresMajorAnnotation, on the StatefulSet, is the PostgreSQL major its instances were made
@@ -128,7 +142,7 @@ func buildPodTemplate(c *pgv1.PostgresCluster, images Images) (*corev1ac.PodTemp
 		WithServiceAccountName(InstanceAccessName(c)).
 		WithAutomountServiceAccountToken(true).
 		WithInitContainers(buildAgentInstaller(images.Agent)).
-		WithContainers(buildPostgresContainer(c, images.Postgres)).
+		WithContainers(buildPostgresContainer(c, images)).
 		WithVolumes(
 			corev1ac.Volume().WithName(configVolumeName).
 				WithConfigMap(corev1ac.ConfigMapVolumeSource().WithName(ConfigMapName(c))),
@@ -140,6 +154,10 @@ func buildPodTemplate(c *pgv1.PostgresCluster, images Images) (*corev1ac.PodTemp
 		)
 	if queries := customQueriesVolume(c); queries != nil {
 		spec.WithVolumes(queries)
+	}
+	if images.Carried != nil {
+		spec.WithInitContainers(buildServerCarrier(*images.Carried)).
+			WithVolumes(corev1ac.Volume().WithName(carriedVolumeName).WithEmptyDir(corev1ac.EmptyDirVolumeSource()))
 	}
 	if err := applyScheduling(spec, c); err != nil {
 		return nil, err
@@ -166,6 +184,21 @@ func buildAgentInstaller(image string) *corev1ac.ContainerApplyConfiguration {
 		WithVolumeMounts(corev1ac.VolumeMount().WithName(agentVolumeName).WithMountPath(agentDir))
 }
 
+// buildServerCarrier copies the older major's server and the libraries it links out of its own
+// image (the agent, installed before, runs there), since the new major's image, on a newer
+// Debian release, has neither.
+func buildServerCarrier(carried CarriedImage) *corev1ac.ContainerApplyConfiguration {
+	return corev1ac.Container().
+		WithName(CarryContainerName).
+		WithImage(carried.Image).
+		WithImagePullPolicy(corev1.PullIfNotPresent).
+		WithCommand(AgentPath, "carry", strconv.Itoa(int(carried.Major)), carriedDir).
+		WithSecurityContext(restrictedContainer()).
+		WithVolumeMounts(
+			corev1ac.VolumeMount().WithName(agentVolumeName).WithMountPath(agentDir).WithReadOnly(true),
+			corev1ac.VolumeMount().WithName(carriedVolumeName).WithMountPath(carriedDir))
+}
+
 func restrictedContainer() *corev1ac.SecurityContextApplyConfiguration {
 	return corev1ac.SecurityContext().
 		WithAllowPrivilegeEscalation(false).
@@ -173,13 +206,13 @@ func restrictedContainer() *corev1ac.SecurityContextApplyConfiguration {
 		WithCapabilities(corev1ac.Capabilities().WithDrop("ALL"))
 }
 
-func buildPostgresContainer(c *pgv1.PostgresCluster, image string) *corev1ac.ContainerApplyConfiguration {
+func buildPostgresContainer(c *pgv1.PostgresCluster, images Images) *corev1ac.ContainerApplyConfiguration {
 	container := corev1ac.Container().
 		WithName(PostgresContainerName).
-		WithImage(image).
+		WithImage(images.Postgres).
 		WithImagePullPolicy(corev1.PullIfNotPresent).
 		WithCommand(AgentPath).
-		WithEnv(agentEnvironment(c)...).
+		WithEnv(agentEnvironment(c, images.Carried != nil)...).
 		WithPorts(
 			corev1ac.ContainerPort().WithName("postgres").WithContainerPort(agentapi.DefaultPostgresPort).WithProtocol(corev1.ProtocolTCP),
 			corev1ac.ContainerPort().WithName("agent").WithContainerPort(agentapi.DefaultAgentPort).WithProtocol(corev1.ProtocolTCP),
@@ -204,6 +237,9 @@ func buildPostgresContainer(c *pgv1.PostgresCluster, image string) *corev1ac.Con
 		)
 	if len(c.Spec.Monitoring.CustomQueries) > 0 {
 		container.WithVolumeMounts(corev1ac.VolumeMount().WithName(customQueriesVolumeName).WithMountPath(customQueriesDir).WithReadOnly(true))
+	}
+	if images.Carried != nil {
+		container.WithVolumeMounts(corev1ac.VolumeMount().WithName(carriedVolumeName).WithMountPath(carriedDir).WithReadOnly(true))
 	}
 	if res := c.Spec.Resources; len(res.Limits) > 0 || len(res.Requests) > 0 {
 		rr := corev1ac.ResourceRequirements()
@@ -252,8 +288,12 @@ func agentCredentials(c *pgv1.PostgresCluster) agentapi.CredentialRefs {
 	}
 }
 
-func agentEnvironment(c *pgv1.PostgresCluster) []*corev1ac.EnvVarApplyConfiguration {
-	variables := AgentConfig(c).Environment()
+func agentEnvironment(c *pgv1.PostgresCluster, carried bool) []*corev1ac.EnvVarApplyConfiguration {
+	config := AgentConfig(c)
+	if carried {
+		config.CarriedDir = carriedDir
+	}
+	variables := config.Environment()
 	env := make([]*corev1ac.EnvVarApplyConfiguration, 0, len(variables))
 	for _, v := range variables {
 		e := corev1ac.EnvVar().WithName(v.Name)

@@ -376,3 +376,45 @@ func volumeSecrets(v corev1.Volume) []string {
 	}
 	return names
 }
+
+// During a major upgrade the pods run the new major's image and carry the old major's server in
+// from its own image: an init container of the old image copies it into a volume the agent reads
+// (PGPILOT_CARRIED_DIR); without one, none of it is there.
+func TestBuildStatefulSetCarriesTheOldMajor(t *testing.T) {
+	volumes := len(buildStatefulSet(t, newCluster()).Spec.Template.Spec.Volumes)
+	for _, carried := range []*CarriedImage{nil, {Image: "ghcr.io/pgpilot/postgresql:15", Major: 15}} {
+		images := testImages
+		images.Carried = carried
+		ac, err := BuildStatefulSet(newCluster(), images)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pod := toTyped[appsv1.StatefulSet](t, ac).Spec.Template.Spec
+		pg := pod.Containers[0]
+		carriedDir := ""
+		for _, e := range pg.Env {
+			if e.Name == "PGPILOT_CARRIED_DIR" {
+				carriedDir = e.Value
+			}
+		}
+		mounted := slices.ContainsFunc(pg.VolumeMounts, func(m corev1.VolumeMount) bool { return m.MountPath == "/pgpilot/carried" && m.ReadOnly })
+		if carried == nil {
+			if len(pod.InitContainers) != 1 || carriedDir != "" || mounted || len(pod.Volumes) != volumes {
+				t.Errorf("without an upgrade: init containers %d, carried dir %q, mounted %v, %d volumes", len(pod.InitContainers), carriedDir, mounted, len(pod.Volumes))
+			}
+			continue
+		}
+		if len(pod.InitContainers) != 2 || len(pod.Volumes) != volumes+1 {
+			t.Fatalf("init containers = %+v, %d volumes", pod.InitContainers, len(pod.Volumes))
+		}
+		carry := pod.InitContainers[1]
+		if carry.Name != CarryContainerName || carry.Image != carried.Image ||
+			!slices.Equal(carry.Command, []string{AgentPath, "carry", "15", "/pgpilot/carried"}) ||
+			!slices.ContainsFunc(carry.VolumeMounts, func(m corev1.VolumeMount) bool { return m.MountPath == "/pgpilot/carried" && !m.ReadOnly }) {
+			t.Errorf("carry container = %+v", carry)
+		}
+		if carriedDir != "/pgpilot/carried" || !mounted || pg.Image != testImages.Postgres {
+			t.Errorf("postgres container: carried dir %q, mounted %v, image %s", carriedDir, mounted, pg.Image)
+		}
+	}
+}

@@ -23,6 +23,56 @@ type AgentClient interface {
 	Attach(ctx context.Context, e agentapi.Endpoint) error
 }
 
+// MajorUpgradeAgents is what a major upgrade asks of the instance agents (background jobs,
+// started and then polled).
+type MajorUpgradeAgents interface {
+	StartMajorUpgradeCheck(ctx context.Context, e agentapi.Endpoint, req agentapi.MajorUpgradeCheckRequest) (*agentapi.MajorUpgradeCheckResult, error)
+	MajorUpgradeCheck(ctx context.Context, e agentapi.Endpoint) (*agentapi.MajorUpgradeCheckResult, error)
+	StartMajorUpgrade(ctx context.Context, e agentapi.Endpoint, req agentapi.MajorUpgradeRequest) (*agentapi.MajorUpgradeResult, error)
+	MajorUpgrade(ctx context.Context, e agentapi.Endpoint) (*agentapi.MajorUpgradeResult, error)
+	StartMajorUpgradeRebuild(ctx context.Context, e agentapi.Endpoint, req agentapi.MajorUpgradeRebuildRequest) (*agentapi.MajorUpgradeRebuildResult, error)
+	MajorUpgradeRebuild(ctx context.Context, e agentapi.Endpoint) (*agentapi.MajorUpgradeRebuildResult, error)
+}
+
+func (r *PostgresClusterReconciler) upgradeAgents() MajorUpgradeAgents {
+	if r.UpgradeAgents != nil {
+		return measuredUpgradeAgents{r.UpgradeAgents}
+	}
+	return measuredUpgradeAgents{agentapi.HTTPClient{}}
+}
+
+// measuredUpgradeAgents records each request as measuredAgents does.
+type measuredUpgradeAgents struct{ inner MajorUpgradeAgents }
+
+func measured[T any](name string, call func() (T, error)) (result T, err error) {
+	defer func(start time.Time) { agentclient.Record(name, start, err) }(time.Now())
+	return call()
+}
+
+func (m measuredUpgradeAgents) StartMajorUpgradeCheck(ctx context.Context, e agentapi.Endpoint, req agentapi.MajorUpgradeCheckRequest) (*agentapi.MajorUpgradeCheckResult, error) {
+	return measured("majorupgradecheck", func() (*agentapi.MajorUpgradeCheckResult, error) { return m.inner.StartMajorUpgradeCheck(ctx, e, req) })
+}
+
+func (m measuredUpgradeAgents) MajorUpgradeCheck(ctx context.Context, e agentapi.Endpoint) (*agentapi.MajorUpgradeCheckResult, error) {
+	return measured("majorupgradecheck", func() (*agentapi.MajorUpgradeCheckResult, error) { return m.inner.MajorUpgradeCheck(ctx, e) })
+}
+
+func (m measuredUpgradeAgents) StartMajorUpgrade(ctx context.Context, e agentapi.Endpoint, req agentapi.MajorUpgradeRequest) (*agentapi.MajorUpgradeResult, error) {
+	return measured("majorupgrade", func() (*agentapi.MajorUpgradeResult, error) { return m.inner.StartMajorUpgrade(ctx, e, req) })
+}
+
+func (m measuredUpgradeAgents) MajorUpgrade(ctx context.Context, e agentapi.Endpoint) (*agentapi.MajorUpgradeResult, error) {
+	return measured("majorupgrade", func() (*agentapi.MajorUpgradeResult, error) { return m.inner.MajorUpgrade(ctx, e) })
+}
+
+func (m measuredUpgradeAgents) StartMajorUpgradeRebuild(ctx context.Context, e agentapi.Endpoint, req agentapi.MajorUpgradeRebuildRequest) (*agentapi.MajorUpgradeRebuildResult, error) {
+	return measured("majorupgraderebuild", func() (*agentapi.MajorUpgradeRebuildResult, error) { return m.inner.StartMajorUpgradeRebuild(ctx, e, req) })
+}
+
+func (m measuredUpgradeAgents) MajorUpgradeRebuild(ctx context.Context, e agentapi.Endpoint) (*agentapi.MajorUpgradeRebuildResult, error) {
+	return measured("majorupgraderebuild", func() (*agentapi.MajorUpgradeRebuildResult, error) { return m.inner.MajorUpgradeRebuild(ctx, e) })
+}
+
 func (r *PostgresClusterReconciler) agents() AgentClient {
 	if r.Agents != nil {
 		return measuredAgents{r.Agents}

@@ -73,6 +73,8 @@ type PostgresClusterReconciler struct {
 	AgentAddress func(*corev1.Pod) string
 	// Agents talks to the instance agents; nil means agentapi.HTTPClient.
 	Agents AgentClient
+	// UpgradeAgents runs major upgrades on the instance agents; nil means agentapi.HTTPClient.
+	UpgradeAgents MajorUpgradeAgents
 	// RefusalBackoff is how long a cluster whose children the API server refused for good holds
 	// back its writes; zero means defaultRefusalBackoff.
 	RefusalBackoff time.Duration

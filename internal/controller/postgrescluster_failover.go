@@ -83,6 +83,19 @@ func (r *PostgresClusterReconciler) failover(ctx context.Context, s *scope) (*st
 	return failingOver(fmt.Sprintf("%s promoted; waiting for its agent to report it", target)), nil
 }
 
+// ofMajor leaves out the instances whose server is of another major than the data's: after a
+// major upgrade's point of no return, a replica not yet rebuilt still runs the old one, and
+// promoting it would lose every write since.
+func ofMajor(o *ha.Observed, major int32) *ha.Observed {
+	kept := &ha.Observed{Pods: o.Pods, Reports: map[string]*agentapi.Status{}, Failures: o.Failures}
+	for name, report := range o.Reports {
+		if major == 0 || report.ServerVersion == "" || majorOf(report.ServerVersion) == major {
+			kept.Reports[name] = report
+		}
+	}
+	return kept
+}
+
 // silentAskAgain: a primary whose agent did not answer is asked again this soon (each question
 // is bounded by unreadyAgentTimeout): on a lost node the second silence starts the failover.
 const silentAskAgain = 250 * time.Millisecond
@@ -129,7 +142,7 @@ func (r *PostgresClusterReconciler) detectFailure(ctx context.Context, s *scope,
 		return &stop{reasonMessage: reasonMessage{"PrimaryFailing", fmt.Sprintf("%s; failing over in %s (spec.failoverDelay)",
 			problem, (delay - failingFor).Round(time.Second))}, retry: true, after: min(delay-failingFor, time.Second)}, nil
 	}
-	candidate := ha.ChooseCandidate(&s.observed.Observed, current)
+	candidate := ha.ChooseCandidate(ofMajor(&s.observed.Observed, s.cluster.Status.PostgresMajor), current)
 	missing := ha.QuorumShortfall(s.cluster, &s.observed.Observed, current)
 	if candidate == "" || missing > 0 {
 		if report := s.observed.Reports[current]; report != nil && report.Fenced {

@@ -57,6 +57,7 @@ func (r *PostgresClusterReconciler) haLane() []stage {
 		{"rejoins", r.announceRejoins},
 		{"lognotices", r.announceLogNotices},
 		{"primary", r.decidePrimary},
+		{"majorupgrade", r.advanceMajorUpgrade},
 	}
 }
 

@@ -58,14 +58,14 @@ func (r *PostgresClusterReconciler) ensureStatefulSet(ctx context.Context, s *sc
 		return st, nil
 	}
 	s.postgresMajor = major
-	image, st := r.postgresImage(s.cluster, major)
+	images, st := r.instanceImages(s.cluster, major)
 	if st != nil {
 		return st, nil
 	}
 	if r.AgentImage == "" {
 		return invalid("NoAgentImage", "the operator does not know its own image, which carries the instance agent (set RELATED_IMAGE_AGENT)"), nil
 	}
-	desired, err := pgbuilder.BuildStatefulSet(s.cluster, pgbuilder.Images{Postgres: image, Agent: r.AgentImage, PostgresMajor: major})
+	desired, err := pgbuilder.BuildStatefulSet(s.cluster, images)
 	if err != nil {
 		return invalid("InvalidSpec", err.Error()), nil
 	}

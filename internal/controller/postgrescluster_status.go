@@ -93,6 +93,7 @@ type summary struct {
 	// switchoverProblem: the switchover annotation cannot be carried out.
 	switchoverProblem *reasonMessage
 	versions          versionSummary
+	majorUpgrade      *pgv1.MajorUpgradeStatus
 }
 
 func summarize(s *scope) summary {
@@ -109,6 +110,7 @@ func summarize(s *scope) summary {
 		switchoverRequest: s.switchoverRequest,
 		switchoverReason:  s.switchoverReason,
 		primaryReplacedAt: s.primaryReplacedAt,
+		majorUpgrade:      s.majorUpgrade,
 		now:               metav1.Now(),
 	}
 	if report := s.observed.Reports[sum.primary]; report != nil && report.Role == agentapi.RolePrimary {
@@ -208,6 +210,7 @@ func computeStatus(status *pgv1.PostgresClusterStatus, o summary) {
 	}
 	setArchiving(status, o)
 	setVersions(status, o.versions, o.generation)
+	setMajorUpgrade(status, o.majorUpgrade, o.generation)
 	setMonitoring(status, o.monitoring, o.generation)
 	setDegradedCondition(status, o)
 	setReadyCondition(status, o)
@@ -284,6 +287,8 @@ func phase(o summary) pgv1.Phase {
 	// What the HA lane does first: it goes on whatever the children's lane stopped for.
 	case o.targetPrimary != "" && o.failoverReason != "":
 		return pgv1.PhaseFailingOver
+	case o.majorUpgrade.Running():
+		return pgv1.PhaseUpgradingMajor
 	case o.targetPrimary != "":
 		return pgv1.PhaseSwitchingOver
 	case o.failure != nil || o.switchoverProblem != nil:

@@ -39,6 +39,11 @@ func (r *PostgresClusterReconciler) switchover(ctx context.Context, s *scope) (*
 	old, target := s.cluster.Status.CurrentPrimary, s.targetPrimary
 	s.primary = old // the status keeps naming it until the target is promoted
 	targetReport := s.observed.Reports[target]
+	if targetReport != nil && targetReport.Role == agentapi.RolePrimary && s.switchoverReason == SwitchoverForMajorUpgrade {
+		if opened, err := r.upgradeOpened(ctx, s, s.observed.Pod(target)); err != nil || !opened {
+			return switchingOver(fmt.Sprintf("upgrading %s to PostgreSQL %d", target, s.majorUpgrade.To)), err
+		}
+	}
 	if targetReport != nil && targetReport.Role == agentapi.RolePrimary {
 		s.targetPrimary, s.switchoverLSN, s.switchoverReason = "", "", ""
 		recordPrimaryChange(s.cluster, "switchover")
@@ -77,6 +82,9 @@ func (r *PostgresClusterReconciler) switchover(ctx context.Context, s *scope) (*
 		if err := r.grantPrimaryLease(ctx, lease, target); err != nil {
 			return nil, err
 		}
+	}
+	if s.switchoverReason == SwitchoverForMajorUpgrade && s.majorUpgrade != nil {
+		return r.upgradeTarget(ctx, s, pod)
 	}
 	promoted, err := r.agents().Promote(ctx, r.endpoint(s, pod), followerSlots(s, target))
 	if err != nil {
@@ -141,6 +149,9 @@ func (r *PostgresClusterReconciler) demoteForSwitchover(ctx context.Context, s *
 		return nil, fmt.Errorf("demote %s: %w", old, err)
 	}
 	s.switchoverLSN = demoted.ShutdownLSN
+	if s.switchoverReason == SwitchoverForMajorUpgrade && s.majorUpgrade != nil {
+		s.majorUpgrade.WritesStoppedAt = now()
+	}
 	r.event(s.cluster, pod, corev1.EventTypeNormal, "Demoted", "Switchover",
 		"%s shut down (clean: %t) with its WAL ending at %s, and follows as a standby", old, demoted.Clean, demoted.ShutdownLSN)
 	return switchingOver(fmt.Sprintf("%s demoted; waiting for %s to replay up to %s", old, s.targetPrimary, demoted.ShutdownLSN)), nil

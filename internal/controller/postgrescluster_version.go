@@ -35,11 +35,12 @@ func PostgresImageVariable(major int32) string {
 	return fmt.Sprintf("RELATED_IMAGE_POSTGRES_%d", major)
 }
 
-// resolveMajor is the major the cluster runs, or why it cannot. The data's major, once there is
-// data, is what the status recorded, else what the StatefulSet was made for (it carries an
-// annotation since the status may not have been written after creating it), else 15 for a
-// StatefulSet of a release before 0.4.0. spec.postgresVersion must agree with it: changing the
-// field is refused by the API, but setting it on a cluster that had none is not.
+// resolveMajor is the major the cluster's data is in, or why the spec cannot run it. The data's
+// major, once there is data, is what the status recorded, else what the StatefulSet was made for
+// (it carries an annotation since the status may not have been written after creating it), else
+// 15 for a StatefulSet of a release before 0.4.0. A higher spec.postgresVersion is a major
+// upgrade (advanceMajorUpgrade); a lower one is refused by the API, but setting the field on a
+// cluster that had none is not.
 func resolveMajor(c *pgv1.PostgresCluster, live *appsv1.StatefulSet) (int32, *stop) {
 	data := c.Status.PostgresMajor
 	if data == 0 && live != nil {
@@ -56,10 +57,44 @@ func resolveMajor(c *pgv1.PostgresCluster, live *appsv1.StatefulSet) (int32, *st
 		return data, nil
 	case data == 0 || data == want:
 		return want, nil
+	case want > data:
+		return data, nil
 	}
-	return 0, invalid("MajorVersionChange", fmt.Sprintf(
-		"spec.postgresVersion is %d but the cluster's data is PostgreSQL %d: pgpilot does not upgrade a major version in place yet; set spec.postgresVersion back to %d",
+	return 0, invalid("PostgresVersionLowered", fmt.Sprintf(
+		"spec.postgresVersion is %d but the cluster's data is PostgreSQL %d: a data directory cannot move to an older major; set spec.postgresVersion to %d or higher",
 		want, data, data))
+}
+
+// instanceImages are the images of the instance pods when the data is of major data: the
+// image of spec.postgresVersion, and during a major upgrade the data's major's image, whose
+// server an init container carries in. The carried server stays in the template after the
+// upgrade: removing it would roll every pod (a switchover) for nothing.
+func (r *PostgresClusterReconciler) instanceImages(c *pgv1.PostgresCluster, data int32) (pgbuilder.Images, *stop) {
+	images := pgbuilder.Images{Agent: r.AgentImage, PostgresMajor: data}
+	run := data
+	carried := int32(0)
+	switch up := c.Status.MajorUpgrade; {
+	case c.Spec.PostgresVersion > data:
+		run, carried = c.Spec.PostgresVersion, data
+	case up != nil && up.To == data && !up.BeforePointOfNoReturn():
+		carried = up.From
+	}
+	image, st := r.postgresImage(c, run)
+	if st != nil {
+		return images, st
+	}
+	images.Postgres = image
+	if carried != 0 {
+		// The old major's image is pgpilot's: spec.image names the one major it runs.
+		old := r.PostgresImages[carried]
+		if old == "" {
+			return images, invalid("NoImage", fmt.Sprintf(
+				"the operator has no image of PostgreSQL %d (set its %s) to carry the old server from during the major upgrade",
+				carried, PostgresImageVariable(carried)))
+		}
+		images.Carried = &pgbuilder.CarriedImage{Image: old, Major: carried}
+	}
+	return images, nil
 }
 
 // liveStatefulSet is the cluster's StatefulSet as the cache has it, nil when there is none.
@@ -118,13 +153,39 @@ func summarizeVersions(s *scope, primary string) versionSummary {
 			collations = append(collations, fmt.Sprintf("%s: database %s (recorded %s, now %s)", name, m.Database, m.Recorded, m.Actual))
 		}
 	}
-	if len(wrong) > 0 {
+	// During a major upgrade instances of both majors run until every one is rebuilt.
+	if len(wrong) > 0 && !s.majorUpgrade.Running() {
 		v.mismatch = &reasonMessage{reason: "PostgresVersionMismatch", message: fmt.Sprintf(
 			"the cluster is PostgreSQL %d but %s: spec.image must be an image of PostgreSQL %d",
 			v.major, strings.Join(wrong, ", "), v.major)}
 	}
 	v.collations = strings.Join(collations, "; ")
 	return v
+}
+
+// setMajorUpgrade records the major upgrade and its condition: True while it runs and once it
+// completed, False when it is held or went back, absent before any.
+func setMajorUpgrade(status *pgv1.PostgresClusterStatus, up *pgv1.MajorUpgradeStatus, generation int64) {
+	status.MajorUpgrade = up
+	if up == nil {
+		meta.RemoveStatusCondition(&status.Conditions, pgv1.ConditionMajorUpgrade)
+		return
+	}
+	c := metav1.Condition{Type: pgv1.ConditionMajorUpgrade, Status: metav1.ConditionTrue, Reason: string(up.Step),
+		ObservedGeneration: generation,
+		Message:            fmt.Sprintf("PostgreSQL %d to %d (%s): %s", up.From, up.To, up.Mode, strings.ToLower(string(up.Step)))}
+	switch up.Step {
+	case pgv1.MajorUpgradeCheckFailed:
+		c.Status = metav1.ConditionFalse
+		c.Message = fmt.Sprintf("PostgreSQL %d to %d is held by its checks: %s", up.From, up.To, strings.Join(up.Problems, "; "))
+	case pgv1.MajorUpgradeReverted, pgv1.MajorUpgradeFailed:
+		c.Status = metav1.ConditionFalse
+	}
+	if up.Message != "" && up.Step != pgv1.MajorUpgradeCheckFailed {
+		c.Message += "; " + up.Message
+	}
+	c.Message = truncate(c.Message, 32768)
+	meta.SetStatusCondition(&status.Conditions, c)
 }
 
 func majorOf(serverVersion string) int32 {

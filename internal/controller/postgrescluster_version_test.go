@@ -33,8 +33,9 @@ func TestResolveMajor(t *testing.T) {
 		{name: "the StatefulSet's annotation before the status records it", live: annotated("15"), want: 15},
 		{name: "a StatefulSet of a release before 0.4.0 is PostgreSQL 15", live: legacy, want: 15},
 		{name: "naming the running major on a legacy cluster", spec: 15, live: legacy, want: 15},
-		{name: "naming another major on a legacy cluster is refused", spec: 17, live: legacy, refused: true},
-		{name: "naming another major than recorded is refused", spec: 18, recorded: 17, live: annotated("17"), refused: true},
+		{name: "naming a higher major on a legacy cluster is an upgrade: the data stays 15 until it", spec: 17, live: legacy, want: 15},
+		{name: "naming a higher major than recorded is an upgrade", spec: 18, recorded: 17, live: annotated("17"), want: 17},
+		{name: "naming a lower major than recorded is refused", spec: 15, recorded: 17, live: annotated("17"), refused: true},
 		{name: "the status wins over the annotation", recorded: 17, live: annotated("15"), want: 17},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -42,8 +43,8 @@ func TestResolveMajor(t *testing.T) {
 				Status: pgv1.PostgresClusterStatus{PostgresMajor: tc.recorded}}
 			got, st := resolveMajor(c, tc.live)
 			if tc.refused {
-				if st == nil || st.reason != "MajorVersionChange" || !strings.Contains(st.message, "does not upgrade a major version in place") {
-					t.Fatalf("want a MajorVersionChange refusal, got %d %+v", got, st)
+				if st == nil || st.reason != "PostgresVersionLowered" || !strings.Contains(st.message, "cannot move to an older major") {
+					t.Fatalf("want a PostgresVersionLowered refusal, got %d %+v", got, st)
 				}
 				return
 			}

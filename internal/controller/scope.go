@@ -43,6 +43,9 @@ type scope struct {
 	// switchoverRequest is the switchover annotation's value last acted on; switchoverReason
 	// why a running switchover started (SwitchoverForUpdate, or empty for the annotation).
 	switchoverRequest, switchoverReason string
+	// majorUpgrade is the major upgrade as the status has it and advanceMajorUpgrade moves it
+	// on; nil when there is none.
+	majorUpgrade *pgv1.MajorUpgradeStatus
 	// primaryReplacedAt: the primary's pod was deleted to be replaced in place; failover
 	// waits for it.
 	primaryReplacedAt *metav1.Time
@@ -103,7 +106,8 @@ func newScope(cluster *pgv1.PostgresCluster) *scope {
 	return &scope{cluster: cluster, original: cluster.DeepCopy(), observed: &observed{},
 		targetPrimary: cluster.Status.TargetPrimary, switchoverLSN: cluster.Status.SwitchoverLSN,
 		failoverReason: cluster.Status.FailoverReason, switchoverRequest: cluster.Status.SwitchoverRequest,
-		switchoverReason: cluster.Status.SwitchoverReason, primaryReplacedAt: cluster.Status.PrimaryReplacedAt}
+		switchoverReason: cluster.Status.SwitchoverReason, primaryReplacedAt: cluster.Status.PrimaryReplacedAt,
+		majorUpgrade: cluster.Status.MajorUpgrade.DeepCopy()}
 }
 
 // endpoint is how the operator reaches the agent of pod.

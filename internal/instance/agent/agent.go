@@ -120,6 +120,8 @@ type Agent struct {
 	upgradeCheck upgradeCheck
 	// upgradeRun is this instance's major upgrade (upgrade_run.go).
 	upgradeRun upgradeRun
+	// upgradeRebuild is this instance's rebuild on the new major (upgrade_rebuild.go).
+	upgradeRebuild upgradeRebuild
 	// customQueries feed the metrics exporter the user's queries, once it serves (metrics.go).
 	customQueries atomic.Pointer[customQueries]
 	// postgresLog turns PostgreSQL's log into the agent's and counts notable records (logs.go).
@@ -154,6 +156,9 @@ func (a *Agent) Run(ctx context.Context) error {
 	// Before the data directory is judged empty: an upgrade stopped between its two renames
 	// left none in place.
 	if err := a.recoverMajorUpgrade(); err != nil {
+		return err
+	}
+	if err := a.recoverRebuild(); err != nil {
 		return err
 	}
 	if !a.Instance.Initialised() || a.restoring() {

@@ -40,11 +40,9 @@ func (a *Agent) recover(ctx context.Context, rec *agentapi.Recovery) error {
 	if err != nil {
 		return err
 	}
-	self := a.Options.Executable
-	if self == "" {
-		if self, err = os.Executable(); err != nil {
-			return err
-		}
+	restoreCommand, err := a.restoreCommand(agentapi.RecoveryRepository)
+	if err != nil {
+		return err
 	}
 	if err := mkdirOwned(a.Config.DataDir, a.Instance.RunAs); err != nil {
 		return err
@@ -61,7 +59,7 @@ func (a *Agent) recover(ctx context.Context, rec *agentapi.Recovery) error {
 	}
 	target := pgbackrest.Target{Type: rec.Target.Type, Value: value, Exclusive: rec.Target.Exclusive,
 		// WAL comes from the source's repository through the agent, which holds its keys.
-		RestoreCommand: fmt.Sprintf(`%s pgbackrest --repository=%s archive-get %%f "%%p"`, self, agentapi.RecoveryRepository)}
+		RestoreCommand: restoreCommand}
 	if err := runner.Restore(ctx, target); err != nil {
 		return err
 	}

@@ -142,6 +142,8 @@ type MajorUpgrades interface {
 	MajorUpgradeCheckResult() *agentapi.MajorUpgradeCheckResult
 	StartMajorUpgrade(ctx context.Context, req agentapi.MajorUpgradeRequest) (started bool, err error)
 	MajorUpgradeResult() *agentapi.MajorUpgradeResult
+	StartMajorUpgradeRebuild(ctx context.Context, req agentapi.MajorUpgradeRebuildRequest) (started bool, err error)
+	MajorUpgradeRebuildResult() *agentapi.MajorUpgradeRebuildResult
 }
 
 func handleMajorUpgrades(mux *http.ServeMux, upgrades MajorUpgrades, token func() string) {
@@ -151,11 +153,14 @@ func handleMajorUpgrades(mux *http.ServeMux, upgrades MajorUpgrades, token func(
 	handleBackgroundJob(mux, token, agentapi.PathMajorUpgrade, "major upgrade",
 		func(req agentapi.MajorUpgradeRequest) string { return req.Mode },
 		upgrades.StartMajorUpgrade, upgrades.MajorUpgradeResult)
+	handleBackgroundJob(mux, token, agentapi.PathMajorUpgradeRebuild, "rebuild on the new major", nil,
+		upgrades.StartMajorUpgradeRebuild, upgrades.MajorUpgradeRebuildResult)
 }
 
 // handleBackgroundJob serves a job the agent runs in the background at path: POST starts it
 // (202 with its result, 200 when one runs already, 409 when the instance cannot run it), GET
-// answers its latest result (404 before any). mode is the request's upgrade mode, checked here.
+// answers its latest result (404 before any). mode, when set, is the request's upgrade mode,
+// checked here.
 func handleBackgroundJob[Request, Result any](mux *http.ServeMux, token func() string, path, what string, mode func(Request) string,
 	start func(context.Context, Request) (bool, error), result func() *Result) {
 	mux.Handle("POST "+path, requireToken(token, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -163,9 +168,11 @@ func handleBackgroundJob[Request, Result any](mux *http.ServeMux, token func() s
 		if !decodeRequest(w, r, &req) {
 			return
 		}
-		if m := mode(req); m != string(postgres.UpgradeLink) && m != string(postgres.UpgradeCopy) {
-			http.Error(w, "bad request: the mode is link or copy", http.StatusBadRequest)
-			return
+		if mode != nil {
+			if m := mode(req); m != string(postgres.UpgradeLink) && m != string(postgres.UpgradeCopy) {
+				http.Error(w, "bad request: the mode is link or copy", http.StatusBadRequest)
+				return
+			}
 		}
 		started, err := start(r.Context(), req)
 		switch {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/pgpilot/pgpilot-operator/api/agentapi"
+	"github.com/pgpilot/pgpilot-operator/internal/instance/pgbackrest"
 	"github.com/pgpilot/pgpilot-operator/internal/instance/postgres"
 )
 
@@ -158,9 +159,18 @@ func (a *Agent) openAfterMajorUpgrade(ctx context.Context, upgrade *postgres.Maj
 	return nil
 }
 
-// catchUpAfterMajorUpgrade updates the extensions and rebuilds the statistics, without holding
-// the server: it takes writes meanwhile, and the analysis takes as long as the data is big.
+// catchUpAfterMajorUpgrade upgrades the repository's stanza, takes the new major's first full
+// backup (what the other instances are rebuilt from), updates the extensions and rebuilds the
+// statistics, without holding the server: it takes writes meanwhile.
 func (a *Agent) catchUpAfterMajorUpgrade(ctx context.Context) error {
+	label, backupErr := a.backUpNewMajor(ctx)
+	a.upgradeRun.mu.Lock()
+	a.upgradeRun.result.BackupLabel = label
+	if backupErr != nil {
+		a.upgradeRun.result.BackupError = backupErr.Error()
+		a.Log.Error(backupErr, "the new major's first backup; the other instances are cloned in full")
+	}
+	a.upgradeRun.mu.Unlock()
 	updated, err := postgres.UpdateExtensions(ctx, a.connectTo)
 	a.upgradeRun.mu.Lock()
 	a.upgradeRun.result.ExtensionsUpdated = updated
@@ -173,6 +183,36 @@ func (a *Agent) catchUpAfterMajorUpgrade(ctx context.Context) error {
 	}
 	a.upgradeRun.step(agentapi.UpgradeStepDone)
 	return nil
+}
+
+// backUpNewMajor upgrades the stanza (archiving is refused until then) and takes a full backup;
+// "" without error when the cluster has no repository.
+func (a *Agent) backUpNewMajor(ctx context.Context) (string, error) {
+	b, err := agentapi.ReadBackupConfig(a.Config.ConfigDir)
+	if err != nil || b.Repository == nil {
+		return "", err
+	}
+	runner, err := a.repositoryRunner(agentapi.OwnRepository)
+	if err != nil {
+		return "", err
+	}
+	if err := runner.StanzaUpgrade(ctx); err != nil {
+		return "", fmt.Errorf("stanza-upgrade: %w", err)
+	}
+	started := time.Now()
+	if err := runner.Backup(ctx, pgbackrest.Full); err != nil {
+		return "", fmt.Errorf("full backup: %w", err)
+	}
+	backups, err := a.readBackups(ctx, runner)
+	if err != nil {
+		return "", err
+	}
+	record := newestSince(backups, started)
+	if record == nil {
+		return "", errors.New("pgbackrest finished but the repository lists no backup started since")
+	}
+	a.Log.Info("the new major's first backup", "label", record.Label)
+	return record.Label, nil
 }
 
 // MajorUpgradeResult is a copy of this instance's major upgrade, nil before any.

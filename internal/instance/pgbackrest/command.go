@@ -164,10 +164,18 @@ type DeltaReport struct {
 }
 
 // RestoreStandbyDelta makes the configured data directory, whatever it holds (a cluster of the
-// previous major, after a major upgrade), a standby of the latest backup's cluster, copying only
-// the files whose content differs from the backup's (checksums compared), and reports the bytes.
-func (r Runner) RestoreStandbyDelta(ctx context.Context) (DeltaReport, error) {
-	out, err := r.run(ctx, "restore", "--delta", "--type=standby", "--log-level-console=detail")
+// previous major, after a major upgrade), a standby of backup set's cluster (the latest backup
+// when empty), copying only the files whose content differs from the backup's (checksums
+// compared), and reports the bytes. restoreCommand, when set, replaces pgBackRest's own.
+func (r Runner) RestoreStandbyDelta(ctx context.Context, set, restoreCommand string) (DeltaReport, error) {
+	args := []string{"--delta", "--type=standby", "--log-level-console=detail"}
+	if set != "" {
+		args = append(args, "--set="+set)
+	}
+	if restoreCommand != "" {
+		args = append(args, "--recovery-option=restore_command="+restoreCommand)
+	}
+	out, err := r.run(ctx, "restore", args...)
 	if err != nil {
 		return DeltaReport{}, err
 	}

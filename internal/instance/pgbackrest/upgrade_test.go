@@ -99,7 +99,7 @@ func TestMajorUpgradeRebuildsAReplicaByDeltaRestore(t *testing.T) {
 	// The replica's directory is still the old major's: the delta restore turns it into the
 	// new major's standby.
 	started := time.Now()
-	report, err := replicaRunner.RestoreStandbyDelta(ctx)
+	report, err := replicaRunner.RestoreStandbyDelta(ctx, "", "")
 	if err != nil {
 		t.Fatal(err)
 	}
