@@ -397,7 +397,7 @@ const (
 	// PhaseUpgradingMajor: pgpilot moves the cluster to spec.postgresVersion
 	// (status.majorUpgrade says which step).
 	PhaseUpgradingMajor Phase = "UpgradingMajor"
-	PhaseDeleting  Phase = "Deleting"
+	PhaseDeleting       Phase = "Deleting"
 )
 
 // PostgresClusterStatus is the observed state of a PostgresCluster.

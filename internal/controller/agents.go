@@ -66,7 +66,9 @@ func (m measuredUpgradeAgents) MajorUpgrade(ctx context.Context, e agentapi.Endp
 }
 
 func (m measuredUpgradeAgents) StartMajorUpgradeRebuild(ctx context.Context, e agentapi.Endpoint, req agentapi.MajorUpgradeRebuildRequest) (*agentapi.MajorUpgradeRebuildResult, error) {
-	return measured("majorupgraderebuild", func() (*agentapi.MajorUpgradeRebuildResult, error) { return m.inner.StartMajorUpgradeRebuild(ctx, e, req) })
+	return measured("majorupgraderebuild", func() (*agentapi.MajorUpgradeRebuildResult, error) {
+		return m.inner.StartMajorUpgradeRebuild(ctx, e, req)
+	})
 }
 
 func (m measuredUpgradeAgents) MajorUpgradeRebuild(ctx context.Context, e agentapi.Endpoint) (*agentapi.MajorUpgradeRebuildResult, error) {
