@@ -17,3 +17,9 @@ const RestartAnnotation = "postgres.pgpilot.io/restarted-at"
 // instance has loaded the last; no restart. A new value, conventionally the time of the
 // request, asks for another: `kubectl annotate --overwrite pgc NAME postgres.pgpilot.io/rotate-ca="$(date -Is)"`.
 const RotateCAAnnotation = "postgres.pgpilot.io/rotate-ca"
+
+// RetryMajorUpgradeAnnotation on a PostgresCluster asks pgpilot to check a held major upgrade
+// again at once (status.majorUpgrade.step CheckFailed), or to try a reverted one again
+// (Reverted), without going back to the old image first. A new value, conventionally the time of
+// the request, asks again: `kubectl annotate --overwrite pgc NAME postgres.pgpilot.io/retry-major-upgrade="$(date -Is)"`.
+const RetryMajorUpgradeAnnotation = "postgres.pgpilot.io/retry-major-upgrade"

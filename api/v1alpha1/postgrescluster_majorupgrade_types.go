@@ -26,8 +26,8 @@ const (
 	// MajorUpgradeCompleted: every instance runs the new major.
 	MajorUpgradeCompleted MajorUpgradeStep = "Completed"
 	// MajorUpgradeReverted: the upgrade failed before its point of no return and the old major
-	// runs again, promoted on the chosen instance; set spec.postgresVersion back to
-	// status.postgresMajor, then up again, to retry.
+	// runs again, promoted on the chosen instance; the retry annotation
+	// (RetryMajorUpgradeAnnotation) tries again, spec.postgresVersion set back cancels it.
 	MajorUpgradeReverted MajorUpgradeStep = "Reverted"
 	// MajorUpgradeFailed: the upgrade failed past its point of no return; it only goes forward.
 	MajorUpgradeFailed MajorUpgradeStep = "Failed"
@@ -54,6 +54,11 @@ type MajorUpgradeStatus struct {
 	// +kubebuilder:validation:MaxItems=32
 	// +optional
 	Problems []string `json:"problems,omitempty"`
+
+	// The retry annotation's value last acted on.
+	// +kubebuilder:validation:MaxLength=256
+	// +optional
+	RetryRequest string `json:"retryRequest,omitempty"`
 
 	// Why the upgrade was reverted or failed, or what it waits for.
 	// +kubebuilder:validation:MaxLength=2048

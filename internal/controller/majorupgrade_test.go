@@ -332,3 +332,36 @@ func TestFailoverCandidatesOfTheDataMajor(t *testing.T) {
 		t.Fatalf("without a known major: candidate = %q, want db-1", got)
 	}
 }
+
+// The retry annotation checks a held upgrade again at once, and tries a reverted one again; each
+// value once.
+func TestMajorUpgradeRetried(t *testing.T) {
+	for _, step := range []pgv1.MajorUpgradeStep{pgv1.MajorUpgradeCheckFailed, pgv1.MajorUpgradeReverted} {
+		t.Run(string(step), func(t *testing.T) {
+			r, agents := upgradeReconciler()
+			cluster := upgradingCluster()
+			checked := metav1.NewTime(time.Now().Add(-time.Minute).Truncate(time.Second))
+			cluster.Status.MajorUpgrade = &pgv1.MajorUpgradeStatus{From: 15, To: 17, Mode: pgv1.MajorUpgradeLink, Step: step,
+				StartedAt: &metav1.Time{Time: checked.Add(-time.Hour)}, CheckedAt: &checked}
+			phase := agentapi.UpgradeCheckFailed
+			if step == pgv1.MajorUpgradeReverted {
+				phase = agentapi.UpgradeCheckPassed
+			}
+			agents.checks["db-1"] = &agentapi.MajorUpgradeCheckResult{To: 17, Mode: "link", Phase: phase,
+				StartedAt: rfc3339(checked.Add(-time.Second)), StoppedAt: rfc3339(checked.Time)}
+			pods, reports := upgradePods("pg:17", true), upgradeReports("15.14")
+			runMajorUpgradeStage(t, r, cluster, pods, reports)
+			expectStep(t, cluster, step)
+			expectAsked(t, agents)
+			cluster.Annotations = map[string]string{pgv1.RetryMajorUpgradeAnnotation: "1"}
+			runMajorUpgradeStage(t, r, cluster, pods, reports)
+			expectStep(t, cluster, pgv1.MajorUpgradeChecking)
+			expectAsked(t, agents, "check db-1 link")
+			agents.checks["db-1"].Phase, agents.checks["db-1"].StoppedAt = agentapi.UpgradeCheckFailed, rfc3339(time.Now())
+			runMajorUpgradeStage(t, r, cluster, pods, reports)
+			runMajorUpgradeStage(t, r, cluster, pods, reports)
+			expectStep(t, cluster, pgv1.MajorUpgradeCheckFailed)
+			expectAsked(t, agents)
+		})
+	}
+}

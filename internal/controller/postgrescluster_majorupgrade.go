@@ -66,6 +66,12 @@ func (r *PostgresClusterReconciler) advanceMajorUpgrade(ctx context.Context, s *
 	if up == nil {
 		return nil, nil
 	}
+	if retry := s.cluster.Annotations[pgv1.RetryMajorUpgradeAnnotation]; retry != "" && retry != up.RetryRequest &&
+		(up.Step == pgv1.MajorUpgradeCheckFailed || up.Step == pgv1.MajorUpgradeReverted) {
+		r.event(s.cluster, nil, corev1.EventTypeNormal, "MajorUpgradeRetried", "MajorUpgrade",
+			"Checking the upgrade to PostgreSQL %d again, as %s asks", up.To, pgv1.RetryMajorUpgradeAnnotation)
+		up.RetryRequest, up.Step, up.Message, up.Instance = truncate(retry, 256), pgv1.MajorUpgradeChecking, "", ""
+	}
 	switch up.Step {
 	case pgv1.MajorUpgradePreparing:
 		return r.prepareMajorUpgrade(s, up), nil
@@ -180,8 +186,8 @@ func (r *PostgresClusterReconciler) checkMajorUpgrade(ctx context.Context, s *sc
 	}
 	up.Step, up.CheckedAt = pgv1.MajorUpgradeCheckFailed, timeOf(result.StoppedAt)
 	up.Problems = problems[:min(len(problems), 32)]
-	up.Message = fmt.Sprintf("the cluster stays on PostgreSQL %d until the problems are fixed; checked again every %s, or set spec.postgresVersion back to %d to cancel",
-		up.From, majorUpgradeRecheck, up.From)
+	up.Message = fmt.Sprintf("the cluster stays on PostgreSQL %d until the problems are fixed; checked again every %s (at once with a new value of %s), or set spec.postgresVersion back to %d to cancel",
+		up.From, majorUpgradeRecheck, pgv1.RetryMajorUpgradeAnnotation, up.From)
 	return nil, nil
 }
 
@@ -195,6 +201,9 @@ func currentCheck(result *agentapi.MajorUpgradeCheckResult, up *pgv1.MajorUpgrad
 		return false // a check of an earlier upgrade
 	}
 	stopped := timeOf(result.StoppedAt)
+	if up.Step == pgv1.MajorUpgradeChecking && up.CheckedAt != nil && stopped != nil && !stopped.After(up.CheckedAt.Time) {
+		return false // what was acted on before a retry
+	}
 	return result.Phase == agentapi.UpgradeCheckRunning || result.Phase == agentapi.UpgradeCheckPassed ||
 		stopped != nil && time.Since(stopped.Time) < majorUpgradeRecheck
 }

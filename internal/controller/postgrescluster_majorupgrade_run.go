@@ -89,7 +89,8 @@ func (r *PostgresClusterReconciler) afterMajorUpgradeSwitchover(ctx context.Cont
 		if result != nil && result.Error != "" {
 			up.Message += ": " + result.Error
 		}
-		up.Message = truncate(up.Message+fmt.Sprintf("; PostgreSQL %d runs again with nothing lost. Set spec.postgresVersion back to %d, then up again, to retry", up.From, up.From), 2048)
+		up.Message = truncate(up.Message+fmt.Sprintf("; PostgreSQL %d runs again with nothing lost. A new value of %s tries again; spec.postgresVersion set back to %d cancels",
+			up.From, pgv1.RetryMajorUpgradeAnnotation, up.From), 2048)
 		r.event(s.cluster, pod, corev1.EventTypeWarning, "MajorUpgradeReverted", "MajorUpgrade", "%s", up.Message)
 		return nil, nil
 	}
