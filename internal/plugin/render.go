@@ -92,6 +92,7 @@ func (p printer) header(v ClusterView) {
 	if v.PostgresVersion != "" {
 		p.line("PostgreSQL:   %s", v.PostgresVersion)
 	}
+	p.majorUpgrade(v.MajorUpgrade)
 	if v.Image != "" {
 		p.line("Image:        %s", v.Image)
 	}
@@ -261,4 +262,44 @@ func bytesIEC(n int64) string {
 		exp++
 	}
 	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
+}
+
+// majorUpgrade shows the step of a major upgrade, whether its point of no return is behind, and
+// how each other instance was rebuilt.
+func (p printer) majorUpgrade(up *pgv1.MajorUpgradeStatus) {
+	if up == nil {
+		return
+	}
+	stepColour := yellow
+	switch up.Step {
+	case pgv1.MajorUpgradeCompleted:
+		stepColour = green
+	case pgv1.MajorUpgradeCheckFailed, pgv1.MajorUpgradeReverted, pgv1.MajorUpgradeFailed:
+		stepColour = red
+	}
+	point := "not passed: setting spec.postgresVersion back cancels it"
+	switch {
+	case up.PointOfNoReturnAt != nil && up.Ended():
+		point = "passed " + agePtr(p.now, up.PointOfNoReturnAt) + " ago"
+	case up.PointOfNoReturnAt != nil:
+		point = "passed " + agePtr(p.now, up.PointOfNoReturnAt) + " ago: it only goes forward"
+	}
+	p.line("Upgrade:      PostgreSQL %d to %d (%s): %s", up.From, up.To, up.Mode, p.paint(stepColour, string(up.Step)))
+	p.line("              point of no return %s", point)
+	for _, problem := range up.Problems {
+		p.line("              problem: %s", problem)
+	}
+	if up.Message != "" {
+		p.line("              %s", up.Message)
+	}
+	for _, r := range up.Replicas {
+		how := orDash(r.Method)
+		if r.Method != "" {
+			how += fmt.Sprintf(", %s copied, %s kept", bytesIEC(r.BytesCopied), bytesIEC(r.BytesKept))
+		}
+		if r.Reason != "" {
+			how += " (" + r.Reason + ")"
+		}
+		p.line("              %s rebuilt: %s", r.Name, how)
+	}
 }

@@ -24,9 +24,9 @@ var now = time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC)
 
 func ago(d time.Duration) metav1.Time { return metav1.NewTime(now.Add(-d)) }
 
-// fixture is a 3-instance cluster after a failover: one replica streams, one waits for a
-// restart and lags, the old primary's pod restarted and still runs the previous release's
-// agent; archiving works, one backup exists.
+// fixture is a 3-instance cluster upgraded from PostgreSQL 15, then failed over: one replica
+// streams, one waits for a restart and lags, the old primary's pod restarted and still runs the
+// previous release's agent; archiving works, one backup exists.
 func fixture() (*pgv1.PostgresCluster, []corev1.Pod, []corev1.Event) {
 	c := &pgv1.PostgresCluster{
 		ObjectMeta: metav1.ObjectMeta{Name: "db", Namespace: "shop"},
@@ -52,6 +52,10 @@ func fixture() (*pgv1.PostgresCluster, []corev1.Pod, []corev1.Event) {
 				Backups: 1, LastBackup: "20261202-100000F", LastBackupTime: ptr.To(ago(2 * time.Hour)),
 				FirstRecoverabilityPoint: ptr.To(ago(2 * time.Hour)), WALBytes: 48 << 20, VolumeFreeBytes: 900 << 20,
 			},
+			MajorUpgrade: &pgv1.MajorUpgradeStatus{From: 15, To: 17, Mode: pgv1.MajorUpgradeLink, Step: pgv1.MajorUpgradeCompleted,
+				Instance: "db-0", PointOfNoReturnAt: ptr.To(ago(3 * time.Hour)), Replicas: []pgv1.MajorUpgradeReplica{
+					{Name: "db-1", Method: "delta", BytesCopied: 31 << 20, BytesKept: 402 << 20},
+					{Name: "db-2", Method: "clone", BytesCopied: 433 << 20, Reason: "the new major has no backup to restore from"}}},
 		},
 	}
 	c.Spec.PostgreSQL.Synchronous = &pgv1.SynchronousSpec{Method: "any", Number: 1, DataDurability: "required"}

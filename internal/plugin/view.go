@@ -34,6 +34,8 @@ type ClusterView struct {
 	Image           string          `json:"image,omitempty"`
 	Synchronous     string          `json:"synchronous,omitempty"`
 	InProgress      string          `json:"inProgress,omitempty"`
+	// MajorUpgrade is the cluster's major upgrade as its status has it.
+	MajorUpgrade *pgv1.MajorUpgradeStatus `json:"majorUpgrade,omitempty"`
 	Conditions      []ConditionView `json:"conditions,omitempty"`
 	Members         []InstanceView  `json:"instances,omitempty"`
 	Backup          *BackupView     `json:"backup,omitempty"`
@@ -103,6 +105,7 @@ func BuildClusterView(c *pgv1.PostgresCluster, pods []corev1.Pod, events []corev
 		Timeline: c.Status.Timeline, OperatorVersion: c.Status.OperatorVersion, Image: c.Spec.Image,
 		PostgresVersion: c.Status.PostgresVersion,
 		InProgress:      inProgress(c.Status), Synchronous: synchronous(c.Spec.PostgreSQL.Synchronous),
+		MajorUpgrade:    c.Status.MajorUpgrade,
 	}
 	for _, cond := range c.Status.Conditions {
 		v.Conditions = append(v.Conditions, conditionView(cond))
