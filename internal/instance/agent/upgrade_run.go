@@ -185,6 +185,9 @@ func (a *Agent) catchUpAfterMajorUpgrade(ctx context.Context) error {
 	return nil
 }
 
+// stanzaUpgradeAttempts bounds the tries of stanza-upgrade.
+const stanzaUpgradeAttempts = 5
+
 // backUpNewMajor upgrades the stanza (archiving is refused until then) and takes a full backup;
 // "" without error when the cluster has no repository.
 func (a *Agent) backUpNewMajor(ctx context.Context) (string, error) {
@@ -196,8 +199,21 @@ func (a *Agent) backUpNewMajor(ctx context.Context) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	if err := runner.StanzaUpgrade(ctx); err != nil {
-		return "", fmt.Errorf("stanza-upgrade: %w", err)
+	// The repository loop may hold pgBackRest's lock for a moment (its stanza-create fails
+	// until the stanza is upgraded): a few tries.
+	for attempt := 1; ; attempt++ {
+		err := runner.StanzaUpgrade(ctx)
+		if err == nil {
+			break
+		}
+		if attempt == stanzaUpgradeAttempts {
+			return "", fmt.Errorf("stanza-upgrade: %w", err)
+		}
+		select {
+		case <-ctx.Done():
+			return "", ctx.Err()
+		case <-time.After(3 * time.Second):
+		}
 	}
 	started := time.Now()
 	if err := runner.Backup(ctx, pgbackrest.Full); err != nil {
