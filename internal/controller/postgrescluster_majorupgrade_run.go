@@ -201,7 +201,7 @@ func replicaRecord(up *pgv1.MajorUpgradeStatus, name string) *pgv1.MajorUpgradeR
 }
 
 func describeRebuilds(replicas []pgv1.MajorUpgradeReplica) string {
-	var parts []string
+	parts := make([]string, 0, len(replicas))
 	for _, r := range replicas {
 		part := fmt.Sprintf("%s by %s (%d MiB copied, %d MiB kept)", r.Name, r.Method, r.BytesCopied>>20, r.BytesKept>>20)
 		if r.Reason != "" {

@@ -21,25 +21,25 @@ const recentEvents = 8
 // cluster's status, its pods and its recent Events put together, so that a script reads one
 // document instead of four.
 type ClusterView struct {
-	Name            string          `json:"name"`
-	Namespace       string          `json:"namespace"`
-	Phase           string          `json:"phase"`
-	Instances       int32           `json:"desiredInstances"`
-	ReadyInstances  int32           `json:"readyInstances"`
-	Primary         string          `json:"primary,omitempty"`
-	PrimarySince    *metav1.Time    `json:"primarySince,omitempty"`
-	Timeline        int64           `json:"timeline,omitempty"`
-	OperatorVersion string          `json:"operatorVersion,omitempty"`
-	PostgresVersion string          `json:"postgresVersion,omitempty"`
-	Image           string          `json:"image,omitempty"`
-	Synchronous     string          `json:"synchronous,omitempty"`
-	InProgress      string          `json:"inProgress,omitempty"`
+	Name            string       `json:"name"`
+	Namespace       string       `json:"namespace"`
+	Phase           string       `json:"phase"`
+	Instances       int32        `json:"desiredInstances"`
+	ReadyInstances  int32        `json:"readyInstances"`
+	Primary         string       `json:"primary,omitempty"`
+	PrimarySince    *metav1.Time `json:"primarySince,omitempty"`
+	Timeline        int64        `json:"timeline,omitempty"`
+	OperatorVersion string       `json:"operatorVersion,omitempty"`
+	PostgresVersion string       `json:"postgresVersion,omitempty"`
+	Image           string       `json:"image,omitempty"`
+	Synchronous     string       `json:"synchronous,omitempty"`
+	InProgress      string       `json:"inProgress,omitempty"`
 	// MajorUpgrade is the cluster's major upgrade as its status has it.
 	MajorUpgrade *pgv1.MajorUpgradeStatus `json:"majorUpgrade,omitempty"`
-	Conditions      []ConditionView `json:"conditions,omitempty"`
-	Members         []InstanceView  `json:"instances,omitempty"`
-	Backup          *BackupView     `json:"backup,omitempty"`
-	Events          []EventView     `json:"events,omitempty"`
+	Conditions   []ConditionView          `json:"conditions,omitempty"`
+	Members      []InstanceView           `json:"instances,omitempty"`
+	Backup       *BackupView              `json:"backup,omitempty"`
+	Events       []EventView              `json:"events,omitempty"`
 }
 
 // ConditionView is one status condition.
@@ -105,7 +105,7 @@ func BuildClusterView(c *pgv1.PostgresCluster, pods []corev1.Pod, events []corev
 		Timeline: c.Status.Timeline, OperatorVersion: c.Status.OperatorVersion, Image: c.Spec.Image,
 		PostgresVersion: c.Status.PostgresVersion,
 		InProgress:      inProgress(c.Status), Synchronous: synchronous(c.Spec.PostgreSQL.Synchronous),
-		MajorUpgrade:    c.Status.MajorUpgrade,
+		MajorUpgrade: c.Status.MajorUpgrade,
 	}
 	for _, cond := range c.Status.Conditions {
 		v.Conditions = append(v.Conditions, conditionView(cond))
