@@ -256,6 +256,12 @@ func TestMajorUpgradeSwitchoverStep(t *testing.T) {
 			t.Errorf("step %s: opened = %v (%v), want %v", tc.step, opened, err, tc.opened)
 		}
 	}
+	// An agent that restarted mid-way knows no upgrade: the server it runs as the primary (the
+	// old major put back, or the new one) ends the switchover.
+	delete(agents.upgrades, "db-1")
+	if opened, err := r.upgradeOpened(context.Background(), s, target); err != nil || !opened {
+		t.Errorf("after the agent restarted: opened = %v (%v)", opened, err)
+	}
 }
 
 // After the switchover: the new major's primary is the point of no return, then the others are

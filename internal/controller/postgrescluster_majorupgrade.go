@@ -58,7 +58,9 @@ func (r *PostgresClusterReconciler) advanceMajorUpgrade(ctx context.Context, s *
 		s.majorUpgrade, up = nil, nil
 	}
 	if (up == nil || up.Ended()) && want > data {
-		up = &pgv1.MajorUpgradeStatus{From: data, To: want, Mode: upgradeMode(s.cluster), Step: pgv1.MajorUpgradePreparing, StartedAt: now()}
+		up = &pgv1.MajorUpgradeStatus{From: data, To: want, Mode: upgradeMode(s.cluster), Step: pgv1.MajorUpgradePreparing, StartedAt: now(),
+			// A retry asked of an earlier upgrade is not one of this one.
+			RetryRequest: truncate(s.cluster.Annotations[pgv1.RetryMajorUpgradeAnnotation], 256)}
 		s.majorUpgrade = up
 		r.event(s.cluster, nil, corev1.EventTypeNormal, "MajorUpgradeStarted", "MajorUpgrade",
 			"Upgrading from PostgreSQL %d to %d (%s mode): the pods move to the new image with PostgreSQL %d carried in", up.From, up.To, up.Mode, up.From)

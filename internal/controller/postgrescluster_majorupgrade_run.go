@@ -56,7 +56,9 @@ func (r *PostgresClusterReconciler) upgradeOpened(ctx context.Context, s *scope,
 		return false, fmt.Errorf("major upgrade of %s: %w", pod.Name, err)
 	}
 	if !resultOf(result, s.majorUpgrade) {
-		return false, nil
+		// Its agent restarted (an interrupted upgrade is reverted or finished before the agent
+		// serves again): the server it runs says which.
+		return true, nil
 	}
 	s.majorUpgrade.PgUpgradeMillis = result.PgUpgradeMillis
 	switch result.Step {
