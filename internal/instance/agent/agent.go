@@ -155,7 +155,8 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	// Before the data directory is judged empty: an upgrade stopped between its two renames
 	// left none in place.
-	if err := a.recoverMajorUpgrade(); err != nil {
+	finishedUpgrade, err := a.recoverMajorUpgrade()
+	if err != nil {
 		return err
 	}
 	if err := a.recoverRebuild(); err != nil {
@@ -197,6 +198,9 @@ func (a *Agent) Run(ctx context.Context) error {
 	if err := a.startAsLeaseSays(ctx, lease); err != nil {
 		_ = a.Instance.Stop(a.Options.ShutdownGrace)
 		return err
+	}
+	if finishedUpgrade && a.Instance.Running() && a.isPrimary() {
+		a.catchUpRecoveredUpgrade(ctx)
 	}
 	a.Log.Info("agent started", "primary", a.Instance.Running() && a.isPrimary(), "fenced", a.fenced() != nil,
 		"api", listener.Addr().String(), "metrics", metricsAddress)

@@ -23,20 +23,45 @@ func (a *Agent) majorUpgrade() *postgres.MajorUpgrade {
 }
 
 // recoverMajorUpgrade ends what an interrupted upgrade left, before anything looks at the data
-// directory.
-func (a *Agent) recoverMajorUpgrade() error {
+// directory; finished says it was past its point of no return and went forward.
+func (a *Agent) recoverMajorUpgrade() (finished bool, err error) {
 	step, err := a.majorUpgrade().Recover()
 	if err != nil {
-		return fmt.Errorf("recover the interrupted major upgrade (step %q): %w", step, err)
+		return false, fmt.Errorf("recover the interrupted major upgrade (step %q): %w", step, err)
 	}
 	switch step {
 	case "":
 	case postgres.UpgradeCommitted:
 		a.Log.Info("an interrupted major upgrade past its point of no return was finished", "step", step)
+		return true, nil
 	default:
 		a.Log.Info("an interrupted major upgrade was reverted: the old major is back", "step", step)
 	}
-	return nil
+	return false, nil
+}
+
+// catchUpRecoveredUpgrade does, on the primary an interrupted upgrade was finished on, what the
+// upgrade had left to do once the server took writes (the stanza, the first backup, extensions,
+// statistics), in the background, reported as the upgrade's result.
+func (a *Agent) catchUpRecoveredUpgrade(ctx context.Context) {
+	to, err := a.Instance.BinariesMajor(ctx)
+	if err != nil {
+		a.Log.Error(err, "the finished major upgrade's catch-up")
+		return
+	}
+	a.upgradeRun.mu.Lock()
+	a.upgradeRun.result = &agentapi.MajorUpgradeResult{To: to, Step: agentapi.UpgradeStepStarted, StartedAt: time.Now().UTC().Format(time.RFC3339)}
+	a.upgradeRun.mu.Unlock()
+	go func() {
+		err := a.catchUpAfterMajorUpgrade(context.WithoutCancel(ctx))
+		u := &a.upgradeRun
+		u.mu.Lock()
+		defer u.mu.Unlock()
+		u.result.StoppedAt = time.Now().UTC().Format(time.RFC3339)
+		if err != nil {
+			u.result.Error, u.result.Step = err.Error(), agentapi.UpgradeStepFailed
+		}
+	}()
 }
 
 // runDataDirectoryMajor picks the carried server when the data directory is of its major.
