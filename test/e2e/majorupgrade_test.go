@@ -170,8 +170,8 @@ var _ = Describe("A major upgrade from PostgreSQL 15 to 17", Ordered, SpecPriori
 	})
 })
 
-// killPgUpgrade sends SIGKILL to the first pg_upgrade run by an instance of namespace, and says
-// which process it was.
+// killPgUpgrade sends SIGKILL to the first pg_upgrade run by an instance of namespace (not one of
+// the checks, pg_upgrade --check), and says which process it was.
 func killPgUpgrade(ctx context.Context, namespace string, killed chan<- string) {
 	defer GinkgoRecover()
 	want := []byte("PGPILOT_NAMESPACE=" + namespace + "\x00")
@@ -179,6 +179,9 @@ func killPgUpgrade(ctx context.Context, namespace string, killed chan<- string) 
 		procs, _ := filepath.Glob("/proc/[0-9]*")
 		for _, proc := range procs {
 			if commandOf(proc) != "pg_upgrade" {
+				continue
+			}
+			if cmdline, _ := os.ReadFile(filepath.Join(proc, "cmdline")); bytes.Contains(cmdline, []byte("--check\x00")) {
 				continue
 			}
 			if environ, _ := os.ReadFile(filepath.Join(proc, "environ")); !bytes.Contains(environ, want) {
