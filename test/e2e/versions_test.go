@@ -52,12 +52,15 @@ func versionSpec(major int32) {
 			expectPgpilotImage(ctx, cluster, major)
 		})
 
-		It("refuses a change of spec.postgresVersion", func(ctx SpecContext) {
+		It("refuses spec.postgresVersion lowered or removed", func(ctx SpecContext) {
 			current := getCluster(ctx, cluster)
-			current.Spec.PostgresVersion = defaultMajor
+			current.Spec.PostgresVersion = 15 // lowered; on 15, removed (0 is unset)
+			if major == 15 {
+				current.Spec.PostgresVersion = 0
+			}
 			err := k8s.Update(ctx, current)
 			Expect(err).To(HaveOccurred())
-			Expect(err.Error()).To(ContainSubstring("spec.postgresVersion cannot change"))
+			Expect(err.Error()).To(ContainSubstring("spec.postgresVersion cannot be lowered or removed"))
 		})
 
 		It("fails over a killed primary losing no acknowledged write, backs up, and recovers to a time with exactly the rows before it", func(ctx SpecContext) {
