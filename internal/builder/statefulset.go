@@ -239,7 +239,8 @@ func buildPostgresContainer(c *pgv1.PostgresCluster, images Images) *corev1ac.Co
 		container.WithVolumeMounts(corev1ac.VolumeMount().WithName(customQueriesVolumeName).WithMountPath(customQueriesDir).WithReadOnly(true))
 	}
 	if images.Carried != nil {
-		container.WithVolumeMounts(corev1ac.VolumeMount().WithName(carriedVolumeName).WithMountPath(carriedDir).WithReadOnly(true))
+		// Writable: the agent links there the carried libraries this image lacks (Carried.Link).
+		container.WithVolumeMounts(corev1ac.VolumeMount().WithName(carriedVolumeName).WithMountPath(carriedDir))
 	}
 	if res := c.Spec.Resources; len(res.Limits) > 0 || len(res.Requests) > 0 {
 		rr := corev1ac.ResourceRequirements()

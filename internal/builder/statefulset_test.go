@@ -397,7 +397,7 @@ func TestBuildStatefulSetCarriesTheOldMajor(t *testing.T) {
 				carriedDir = e.Value
 			}
 		}
-		mounted := slices.ContainsFunc(pg.VolumeMounts, func(m corev1.VolumeMount) bool { return m.MountPath == "/pgpilot/carried" && m.ReadOnly })
+		mounted := slices.ContainsFunc(pg.VolumeMounts, func(m corev1.VolumeMount) bool { return m.MountPath == "/pgpilot/carried" && !m.ReadOnly })
 		if carried == nil {
 			if len(pod.InitContainers) != 1 || carriedDir != "" || mounted || len(pod.Volumes) != volumes {
 				t.Errorf("without an upgrade: init containers %d, carried dir %q, mounted %v, %d volumes", len(pod.InitContainers), carriedDir, mounted, len(pod.Volumes))
