@@ -89,7 +89,7 @@ func (r *PostgresClusterReconciler) afterMajorUpgradeSwitchover(ctx context.Cont
 	if majorOf(report.ServerVersion) != up.To {
 		up.Step, up.Message = pgv1.MajorUpgradeReverted, "the upgrade failed before its point of no return"
 		if result != nil && result.Error != "" {
-			up.Message += ": " + result.Error
+			up.Message = result.Error
 		}
 		up.Message = truncate(up.Message+fmt.Sprintf("; PostgreSQL %d runs again with nothing lost. A new value of %s tries again; spec.postgresVersion set back to %d cancels",
 			up.From, pgv1.RetryMajorUpgradeAnnotation, up.From), 2048)

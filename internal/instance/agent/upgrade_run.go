@@ -110,10 +110,10 @@ func (a *Agent) upgradeToImageMajor(ctx context.Context, carried postgres.Carrie
 	u.result.PgUpgradeMillis = time.Since(started).Milliseconds()
 	u.mu.Unlock()
 	if err != nil {
-		return a.revertMajorUpgrade(upgrade, err)
+		return a.revertMajorUpgrade(ctx, upgrade, err, req.Slots)
 	}
 	if err := upgrade.Commit(); err != nil {
-		return a.revertMajorUpgrade(upgrade, err)
+		return a.revertMajorUpgrade(ctx, upgrade, err, req.Slots)
 	}
 	u.step(agentapi.UpgradeStepPointOfNoReturn)
 	a.Instance.LeaveCarried(carried, a.Config.BinDir)
@@ -123,8 +123,9 @@ func (a *Agent) upgradeToImageMajor(ctx context.Context, carried postgres.Carrie
 	return a.openAfterMajorUpgrade(ctx, upgrade, req.Slots)
 }
 
-// revertMajorUpgrade puts the old major back, promoted, after cause.
-func (a *Agent) revertMajorUpgrade(upgrade *postgres.MajorUpgrade, cause error) error {
+// revertMajorUpgrade puts the old major back, promoted, with the slots the others stream
+// through, after cause.
+func (a *Agent) revertMajorUpgrade(ctx context.Context, upgrade *postgres.MajorUpgrade, cause error, slots []string) error {
 	if err := upgrade.Revert(); err != nil {
 		return errors.Join(cause, fmt.Errorf("revert: %w", err))
 	}
@@ -132,22 +133,30 @@ func (a *Agent) revertMajorUpgrade(upgrade *postgres.MajorUpgrade, cause error) 
 	if err := a.Instance.Start(); err != nil {
 		return errors.Join(cause, fmt.Errorf("start the old major again: %w", err))
 	}
+	if err := a.ensureSlotsOnceAccepting(ctx, slots); err != nil {
+		return errors.Join(cause, fmt.Errorf("the old major's slots: %w", err))
+	}
 	return fmt.Errorf("the upgrade failed before its point of no return, the old major runs again: %w", cause)
+}
+
+// ensureSlotsOnceAccepting makes the replication slots once the server just started accepts
+// connections.
+func (a *Agent) ensureSlotsOnceAccepting(ctx context.Context, slots []string) error {
+	waitCtx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	conn, err := a.connectOnceAccepting(waitCtx)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = conn.Close(ctx) }()
+	return postgres.EnsureSlots(ctx, conn, slots)
 }
 
 // openAfterMajorUpgrade: the Lease renewed, the slots the others stream through, the previous
 // directory removed; the new primary takes writes.
 func (a *Agent) openAfterMajorUpgrade(ctx context.Context, upgrade *postgres.MajorUpgrade, slots []string) error {
-	waitCtx, cancel := context.WithTimeout(ctx, time.Minute)
-	defer cancel()
-	conn, err := a.connectOnceAccepting(waitCtx)
-	if err != nil {
+	if err := a.ensureSlotsOnceAccepting(ctx, slots); err != nil {
 		return fmt.Errorf("the new major's server: %w", err)
-	}
-	err = postgres.EnsureSlots(ctx, conn, slots)
-	_ = conn.Close(ctx)
-	if err != nil {
-		return err
 	}
 	if _, err := a.keeper().Renew(ctx); err != nil {
 		return fmt.Errorf("renew the primary lease: %w", err)

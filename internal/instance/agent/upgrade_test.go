@@ -150,6 +150,11 @@ func TestMajorUpgradeFailingBeforeThePointOfNoReturnLeavesTheOldMajorPrimary(t *
 	if _, err := conn.Exec(context.Background(), "INSERT INTO orders VALUES (0, 'after the revert')"); err != nil {
 		t.Fatalf("the reverted primary refuses writes: %v", err)
 	}
+	// The others stream from it through their slots, as from any promoted standby.
+	var slots int
+	if err := conn.QueryRow(context.Background(), "SELECT count(*) FROM pg_replication_slots WHERE slot_name = 'db_0'").Scan(&slots); err != nil || slots != 1 {
+		t.Fatalf("the reverted primary has %d slots named db_0 (%v), want the old primary's", slots, err)
+	}
 	if _, err := (agentapi.HTTPClient{}).StartMajorUpgrade(context.Background(), endpoint(standby), agentapi.MajorUpgradeRequest{Mode: "link"}); !errors.Is(err, agentapi.ErrWrongRole) {
 		t.Fatalf("a second upgrade of the reverted primary: %v, want ErrWrongRole (it is no standby)", err)
 	}
