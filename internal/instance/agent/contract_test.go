@@ -162,6 +162,7 @@ type upgrades struct {
 	checks
 	carried bool
 	result  *agentapi.MajorUpgradeCheckResult
+	rebuild *agentapi.MajorUpgradeRebuildResult
 }
 
 func (u *upgrades) StartMajorUpgradeCheck(_ context.Context, req agentapi.MajorUpgradeCheckRequest) (bool, error) {
@@ -179,6 +180,14 @@ func (u *upgrades) StartMajorUpgrade(context.Context, agentapi.MajorUpgradeReque
 	return false, agentapi.ErrWrongRole
 }
 func (u *upgrades) MajorUpgradeResult() *agentapi.MajorUpgradeResult { return nil }
+func (u *upgrades) StartMajorUpgradeRebuild(_ context.Context, req agentapi.MajorUpgradeRebuildRequest) (bool, error) {
+	if !u.carried {
+		return false, agentapi.ErrWrongRole
+	}
+	u.rebuild = &agentapi.MajorUpgradeRebuildResult{Reason: "label " + req.BackupLabel}
+	return true, nil
+}
+func (u *upgrades) MajorUpgradeRebuildResult() *agentapi.MajorUpgradeRebuildResult { return u.rebuild }
 
 func TestMajorUpgradeCheckOverTheAPI(t *testing.T) {
 	u := &upgrades{checks: checks{status: &agentapi.Status{}}}
@@ -211,6 +220,17 @@ func TestMajorUpgradeCheckOverTheAPI(t *testing.T) {
 	}
 	if result, err := client.MajorUpgrade(ctx, endpoint); err != nil || result != nil {
 		t.Fatalf("upgrade before any = %+v, %v; want none", result, err)
+	}
+	// The rebuild on the new major: no mode, the backup's label passed on.
+	if result, err := client.MajorUpgradeRebuild(ctx, endpoint); err != nil || result != nil {
+		t.Fatalf("rebuild before any = %+v, %v; want none", result, err)
+	}
+	if result, err := client.StartMajorUpgradeRebuild(ctx, endpoint, agentapi.MajorUpgradeRebuildRequest{BackupLabel: "20261206-031500F"}); err != nil || result.Reason != "label 20261206-031500F" {
+		t.Fatalf("rebuild = %+v, %v", result, err)
+	}
+	u.carried = false
+	if _, err := client.StartMajorUpgradeRebuild(ctx, endpoint, agentapi.MajorUpgradeRebuildRequest{}); !errors.Is(err, agentapi.ErrWrongRole) {
+		t.Fatalf("rebuild of an instance on its image's major: %v, want ErrWrongRole", err)
 	}
 	older := httptest.NewServer(agent.NewHandler(&checks{status: &agentapi.Status{}}, func() string { return token }))
 	defer older.Close()
