@@ -248,6 +248,7 @@ func TestMajorUpgradeSwitchoverStep(t *testing.T) {
 		{step: agentapi.UpgradeStepUpgrading},
 		{step: agentapi.UpgradeStepPointOfNoReturn},
 		{step: agentapi.UpgradeStepStarted, opened: true},
+		{step: agentapi.UpgradeStepReverted},
 		{step: agentapi.UpgradeStepReverted, stopped: rfc3339(time.Now()), opened: true},
 		{step: agentapi.UpgradeStepFailed, stopped: rfc3339(time.Now()), opened: true},
 	} {

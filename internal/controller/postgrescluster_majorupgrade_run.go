@@ -61,8 +61,9 @@ func (r *PostgresClusterReconciler) upgradeOpened(ctx context.Context, s *scope,
 		return true, nil
 	}
 	s.majorUpgrade.PgUpgradeMillis = result.PgUpgradeMillis
+	// A revert is over once the job stopped: the old major's slots are made after its start.
 	switch result.Step {
-	case agentapi.UpgradeStepStarted, agentapi.UpgradeStepDone, agentapi.UpgradeStepReverted:
+	case agentapi.UpgradeStepStarted, agentapi.UpgradeStepDone:
 		return true, nil
 	}
 	return result.StoppedAt != "", nil

@@ -121,7 +121,7 @@ var _ = Describe("A major upgrade from PostgreSQL 15 to 17", Ordered, SpecPriori
 		Expect(current.Status.PostgresVersion).To(HavePrefix("15."))
 		Expect(current.Status.MajorUpgrade.Message).To(ContainSubstring("before its point of no return"))
 		Expect(current.Status.MajorUpgrade.PointOfNoReturnAt).To(BeNil())
-		expectReplication(ctx, cluster, 3)
+		Eventually(func(g Gomega) { expectReplicationWith(ctx, g, cluster, 3) }).WithTimeout(time.Minute).Should(Succeed())
 		AddReportEntry("major upgrade reverted: longest time without an acknowledged write", report.LongestGap.Round(100*time.Millisecond).String())
 	})
 
@@ -160,7 +160,7 @@ var _ = Describe("A major upgrade from PostgreSQL 15 to 17", Ordered, SpecPriori
 			}
 			g.Expect(meta.IsStatusConditionTrue(current.Status.Conditions, pgv1.ConditionContinuousArchiving)).To(BeTrue())
 		}).WithTimeout(2 * time.Minute).WithPolling(time.Second).Should(Succeed())
-		expectReplication(ctx, cluster, 3)
+		Eventually(func(g Gomega) { expectReplicationWith(ctx, g, cluster, 3) }).WithTimeout(time.Minute).Should(Succeed())
 		Expect(rows.query(ctx, cluster, "SELECT count(*)::text FROM orders")).To(Equal(strconv.Itoa(upgradeRows)))
 		Expect(rows.countsIn(ctx, cluster)).To(Equal("1:100 2:100 3:100 4:100"))
 		AddReportEntry("major upgrade 15 to 17: longest time without an acknowledged write", report.LongestGap.Round(100*time.Millisecond).String())
