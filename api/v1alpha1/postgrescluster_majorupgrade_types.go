@@ -35,9 +35,10 @@ const (
 
 // MajorUpgradeStatus is a major upgrade as pgpilot runs it.
 type MajorUpgradeStatus struct {
-	// The major the data was in, and the one it moves to.
+	// The major the data was in.
 	From int32 `json:"from"`
-	To   int32 `json:"to"`
+	// The major it moves to.
+	To int32 `json:"to"`
 
 	// link or copy (spec.majorUpgradeMode when the upgrade started).
 	// +optional
@@ -65,19 +66,24 @@ type MajorUpgradeStatus struct {
 	// +optional
 	Message string `json:"message,omitempty"`
 
-	// When the upgrade started, the last check ended, writes stopped (the old primary was
-	// demoted), the point of no return was passed (the new major's first start on the
-	// upgraded files), the new primary accepted writes, and every instance ran the new major.
+	// When the upgrade started.
 	// +optional
 	StartedAt *metav1.Time `json:"startedAt,omitempty"`
+	// When the last check ended.
 	// +optional
 	CheckedAt *metav1.Time `json:"checkedAt,omitempty"`
+	// When writes stopped: the old primary was shut down cleanly.
 	// +optional
 	WritesStoppedAt *metav1.Time `json:"writesStoppedAt,omitempty"`
+	// When the point of no return was passed: the new major's first start on the upgraded
+	// files. Before it, a failure puts the old major back; after it, the upgrade only goes
+	// forward.
 	// +optional
 	PointOfNoReturnAt *metav1.Time `json:"pointOfNoReturnAt,omitempty"`
+	// When the new major's primary took writes again.
 	// +optional
 	WritesResumedAt *metav1.Time `json:"writesResumedAt,omitempty"`
+	// When every instance ran the new major.
 	// +optional
 	CompletedAt *metav1.Time `json:"completedAt,omitempty"`
 
@@ -103,9 +109,10 @@ type MajorUpgradeReplica struct {
 	// +optional
 	Method string `json:"method,omitempty"`
 
-	// Bytes written to the instance's directory, and bytes kept as they were.
+	// Bytes written to the instance's directory.
 	// +optional
 	BytesCopied int64 `json:"bytesCopied,omitempty"`
+	// Bytes a delta restore found as they were and kept.
 	// +optional
 	BytesKept int64 `json:"bytesKept,omitempty"`
 

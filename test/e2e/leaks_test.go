@@ -176,11 +176,12 @@ func commandLines(ctx context.Context, pod *corev1.Pod) string {
 		}
 		return ""
 	}
-	// The agent, the container's first process, is there: the command lines were read, not an
-	// empty answer. Without the server's (a rejoin or a restart between its runs: their command
-	// lines went while being read) they are read again next time.
-	Expect(out).To(ContainSubstring("/pgpilot/bin/agent"), "command lines in %s/%s", pod.Namespace, pod.Name)
-	if !strings.Contains(out, "postgres:") && !strings.Contains(out, "/postgres ") {
+	// The agent (the container's first process) or the server (the first process before 0.2.0)
+	// is there: the command lines were read, not an empty answer. Without the server's (a rejoin
+	// or a restart between its runs: their command lines went while being read) they are read
+	// again next time.
+	Expect(out).To(Or(ContainSubstring("/pgpilot/bin/agent"), ContainSubstring("postgres")), "command lines in %s/%s", pod.Namespace, pod.Name)
+	if !strings.Contains(out, "postgres") {
 		return ""
 	}
 	leakChecks.Lock()
