@@ -52,16 +52,7 @@ func (a *Agent) catchUpRecoveredUpgrade(ctx context.Context) {
 	a.upgradeRun.mu.Lock()
 	a.upgradeRun.result = &agentapi.MajorUpgradeResult{To: to, Step: agentapi.UpgradeStepStarted, StartedAt: time.Now().UTC().Format(time.RFC3339)}
 	a.upgradeRun.mu.Unlock()
-	go func() {
-		err := a.catchUpAfterMajorUpgrade(context.WithoutCancel(ctx))
-		u := &a.upgradeRun
-		u.mu.Lock()
-		defer u.mu.Unlock()
-		u.result.StoppedAt = time.Now().UTC().Format(time.RFC3339)
-		if err != nil {
-			u.result.Error, u.result.Step = err.Error(), agentapi.UpgradeStepFailed
-		}
-	}()
+	go func() { a.endUpgradeRun(a.catchUpAfterMajorUpgrade(context.WithoutCancel(ctx))) }()
 }
 
 // runDataDirectoryMajor picks the carried server when the data directory is of its major.

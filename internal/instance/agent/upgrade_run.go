@@ -65,6 +65,12 @@ func (a *Agent) runMajorUpgrade(ctx context.Context, carried postgres.Carried, r
 	if err == nil {
 		err = a.catchUpAfterMajorUpgrade(ctx)
 	}
+	a.endUpgradeRun(err)
+}
+
+// endUpgradeRun records that the upgrade's job stopped, failed with err unless nil (a revert
+// keeps its step).
+func (a *Agent) endUpgradeRun(err error) {
 	u := &a.upgradeRun
 	u.mu.Lock()
 	defer u.mu.Unlock()
