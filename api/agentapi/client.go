@@ -327,3 +327,26 @@ func (h HTTPClient) MajorUpgradeRebuild(ctx context.Context, e Endpoint) (*Major
 	}
 	return result, nil
 }
+
+// FetchFollowKit streams the follow kit of the instance at e (PathMajorUpgradeKit), over TLS
+// only: it holds the new catalogs. The caller closes it; ctx bounds the whole transfer.
+func FetchFollowKit(ctx context.Context, e Endpoint) (io.ReadCloser, error) {
+	if e.TLS == nil || e.Address == "" {
+		return nil, fmt.Errorf("a follow kit is fetched over TLS from an address")
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "https://"+e.Address+PathMajorUpgradeKit, http.NoBody)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Authorization", "Bearer "+e.Token)
+	resp, err := (&http.Client{Transport: transportFor(e.TLS)}).Do(req)
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		text, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+		_ = resp.Body.Close()
+		return nil, statusError{code: resp.StatusCode, body: string(bytes.TrimSpace(text))}
+	}
+	return resp.Body, nil
+}

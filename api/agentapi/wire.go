@@ -340,9 +340,20 @@ type MajorUpgradeResult struct {
 	// none (empty with no label: the cluster has no repository).
 	BackupLabel string `json:"backupLabel,omitempty"`
 	BackupError string `json:"backupError,omitempty"`
-	StartedAt   string `json:"startedAt,omitempty"`
-	StoppedAt   string `json:"stoppedAt,omitempty"`
+	// FollowKit: the instance kept the files the others join it by (PathMajorUpgradeKit);
+	// FollowKitError says why not (a copy upgrade, or data the promotion may have changed).
+	FollowKit      bool   `json:"followKit,omitempty"`
+	FollowKitError string `json:"followKitError,omitempty"`
+	StartedAt      string `json:"startedAt,omitempty"`
+	StoppedAt      string `json:"stoppedAt,omitempty"`
 }
+
+// PathMajorUpgradeKit: GET the follow kit of the instance that upgraded by links, as a tar
+// stream: the other instances rebuild on the new major by linking their own relation files
+// and writing the kit's (the new catalogs and control files). It is served to the other
+// agents, which present the replication user's client certificate (they hold no operator
+// certificate), and to the operator; 404 when the instance keeps none.
+const PathMajorUpgradeKit = "/v1/major-upgrade/kit"
 
 // PathMajorUpgradeRebuild: POST a MajorUpgradeRebuildRequest to an instance still on the carried
 // older major once the primary runs the new one: it rebuilds itself as the new primary's standby
@@ -354,10 +365,22 @@ const PathMajorUpgradeRebuild = "/v1/major-upgrade/rebuild"
 // when the delta restore fails) the instance clones the primary in full.
 type MajorUpgradeRebuildRequest struct {
 	BackupLabel string `json:"backupLabel,omitempty"`
+	// Kit, when set, is the new primary's agent serving its follow kit: the instance joins by
+	// it first, before a delta restore.
+	Kit *FollowKitSource `json:"kit,omitempty"`
+}
+
+// FollowKitSource is where an agent fetches a follow kit: the agent API's address and the name
+// its certificate is verified for.
+type FollowKitSource struct {
+	Address    string `json:"address"`
+	ServerName string `json:"serverName"`
 }
 
 // How an instance was rebuilt on the new major.
 const (
+	// RebuildLinked: joined by the new primary's follow kit, its own relation files kept.
+	RebuildLinked = "link"
 	// RebuildDelta: a delta restore of the old directory, which keeps the unchanged files.
 	RebuildDelta = "delta"
 	// RebuildClone: a full copy of the primary.
@@ -371,7 +394,7 @@ type MajorUpgradeRebuildResult struct {
 	// Copied and Kept are the bytes a delta restore wrote and kept (a clone copies all).
 	Copied int64 `json:"copied,omitempty"`
 	Kept   int64 `json:"kept,omitempty"`
-	// Reason says why a delta restore was not used.
+	// Reason says why the follow kit or a delta restore was not used.
 	Reason    string `json:"reason,omitempty"`
 	Error     string `json:"error,omitempty"`
 	StartedAt string `json:"startedAt,omitempty"`

@@ -104,19 +104,21 @@ type MajorUpgradeReplica struct {
 	// The instance's pod.
 	Name string `json:"name"`
 
-	// delta (a pgBackRest delta restore of its old directory from the new major's first
-	// backup, which keeps the unchanged relation files) or clone (a full copy of the primary).
+	// link (joined by the upgraded primary's follow kit: its own relation files linked, only
+	// the new catalogs and control files copied, before the primary's first start), delta (a
+	// pgBackRest delta restore of its old directory from the new major's first backup, which
+	// keeps the unchanged files) or clone (a full copy of the primary).
 	// +optional
 	Method string `json:"method,omitempty"`
 
 	// Bytes written to the instance's directory.
 	// +optional
 	BytesCopied int64 `json:"bytesCopied,omitempty"`
-	// Bytes a delta restore found as they were and kept.
+	// Bytes of its own files it kept (linked, or found unchanged by a delta restore).
 	// +optional
 	BytesKept int64 `json:"bytesKept,omitempty"`
 
-	// Why it was cloned in full instead of by delta.
+	// Why the cheaper methods were not used.
 	// +optional
 	Reason string `json:"reason,omitempty"`
 

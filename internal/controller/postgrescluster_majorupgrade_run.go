@@ -10,6 +10,7 @@ import (
 
 	"github.com/pgpilot/pgpilot-operator/api/agentapi"
 	pgv1 "github.com/pgpilot/pgpilot-operator/api/v1alpha1"
+	pgbuilder "github.com/pgpilot/pgpilot-operator/internal/builder"
 	"github.com/pgpilot/pgpilot-operator/internal/ha"
 )
 
@@ -119,12 +120,15 @@ func (r *PostgresClusterReconciler) rebuildReplicas(ctx context.Context, s *scop
 	if err != nil {
 		return nil, fmt.Errorf("major upgrade of %s: %w", up.Instance, err)
 	}
-	if result != nil && result.BackupLabel == "" && result.BackupError == "" && result.StoppedAt == "" && s.cluster.Spec.Backup != nil {
+	req := agentapi.MajorUpgradeRebuildRequest{}
+	if result != nil && result.FollowKit {
+		req.Kit = &agentapi.FollowKitSource{Address: r.agentAddress(primary), ServerName: pgbuilder.AgentServerName(s.cluster)}
+	}
+	if req.Kit == nil && result != nil && result.BackupLabel == "" && result.BackupError == "" && result.StoppedAt == "" && s.cluster.Spec.Backup != nil {
 		return checkingMajorUpgrade(up, fmt.Sprintf("waiting for the first backup of PostgreSQL %d, which the other instances are rebuilt from", up.To)), nil
 	}
-	label := ""
 	if result != nil {
-		label = result.BackupLabel
+		req.BackupLabel = result.BackupLabel
 	}
 	var waiting []string
 	for i := range s.observed.Pods {
@@ -132,7 +136,7 @@ func (r *PostgresClusterReconciler) rebuildReplicas(ctx context.Context, s *scop
 		if pod.Name == s.primary {
 			continue
 		}
-		done, err := r.rebuildReplica(ctx, s, up, pod, label)
+		done, err := r.rebuildReplica(ctx, s, up, pod, req)
 		if err != nil {
 			return nil, err
 		}
@@ -152,7 +156,7 @@ func (r *PostgresClusterReconciler) rebuildReplicas(ctx context.Context, s *scop
 
 // rebuildReplica moves one instance to the new major; done once it streams from the new
 // primary on it.
-func (r *PostgresClusterReconciler) rebuildReplica(ctx context.Context, s *scope, up *pgv1.MajorUpgradeStatus, pod *corev1.Pod, label string) (bool, error) {
+func (r *PostgresClusterReconciler) rebuildReplica(ctx context.Context, s *scope, up *pgv1.MajorUpgradeStatus, pod *corev1.Pod, req agentapi.MajorUpgradeRebuildRequest) (bool, error) {
 	report := s.observed.Reports[pod.Name]
 	record := replicaRecord(up, pod.Name)
 	if record.RebuiltAt != nil {
@@ -180,15 +184,25 @@ func (r *PostgresClusterReconciler) rebuildReplica(ctx context.Context, s *scope
 		r.event(s.cluster, pod, corev1.EventTypeWarning, "MajorUpgradeRebuildFailed", "MajorUpgrade",
 			"Rebuilding %s on PostgreSQL %d failed, trying again: %s", pod.Name, up.To, result.Error)
 	}
-	if _, err := r.upgradeAgents().StartMajorUpgradeRebuild(ctx, endpoint, agentapi.MajorUpgradeRebuildRequest{BackupLabel: label}); err != nil {
+	if _, err := r.upgradeAgents().StartMajorUpgradeRebuild(ctx, endpoint, req); err != nil {
 		return false, fmt.Errorf("start the rebuild of %s: %w", pod.Name, err)
 	}
-	how := "by a delta restore of backup " + label
-	if label == "" {
-		how = "by a full clone of the primary: the new major has no backup to restore from"
-	}
+	how := rebuildPlan(req)
 	r.event(s.cluster, pod, corev1.EventTypeNormal, "MajorUpgradeRebuilding", "MajorUpgrade", "Rebuilding %s on PostgreSQL %d %s", pod.Name, up.To, how)
 	return false, nil
+}
+
+// rebuildPlan says how an instance is rebuilt on the new major, cheapest first.
+func rebuildPlan(req agentapi.MajorUpgradeRebuildRequest) string {
+	switch {
+	case req.Kit != nil && req.BackupLabel != "":
+		return "by the new primary's follow kit (its own relation files linked), or a delta restore of backup " + req.BackupLabel
+	case req.Kit != nil:
+		return "by the new primary's follow kit (its own relation files linked), or a full clone"
+	case req.BackupLabel != "":
+		return "by a delta restore of backup " + req.BackupLabel
+	}
+	return "by a full clone of the primary: the new major has no follow kit and no backup to restore from"
 }
 
 // replicaRecord is the status entry of instance name, added when missing.

@@ -181,7 +181,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		return fmt.Errorf("listen %s: %w", address, err)
 	}
 	if a.Config.TLSDir != "" {
-		server.Handler, server.TLSConfig = operatorOnly(server.Handler), a.serverTLS()
+		server.Handler, server.TLSConfig = apiClientsOnly(server.Handler, a.Config.ReplicationUser), a.serverTLS()
 		listener = tls.NewListener(listener, server.TLSConfig)
 	}
 	go func() { _ = server.Serve(listener) }()

@@ -131,7 +131,7 @@ func (a *Agent) syncTLS() (bool, error) {
 
 // serverTLS is the API's TLS configuration, with the certificates as last loaded. A client
 // certificate is asked for, not required: the kubelet's probes present none, and the API paths
-// check for the operator's (operatorOnly).
+// check for the operator's (apiClientsOnly).
 func (a *Agent) serverTLS() *tls.Config { return a.tlsWithClients(tls.VerifyClientCertIfGiven) }
 
 // metricsTLS is the metrics endpoint's: nobody scrapes without a certificate of the cluster's
@@ -152,11 +152,15 @@ func (a *Agent) tlsWithClients(auth tls.ClientAuthType) *tls.Config {
 	}
 }
 
-// operatorOnly lets requests for the API (/v1/) through only with the operator's client
-// certificate, verified against the cluster's CA; the probes stay open to the kubelet.
-func operatorOnly(next http.Handler) http.Handler {
+// apiClientsOnly lets requests for the API (/v1/) through only with the operator's client
+// certificate, verified against the cluster's CA, and the follow kit also with the replication
+// user's, which the other agents present (whoever streams replication reads every row anyway);
+// the probes stay open to the kubelet.
+func apiClientsOnly(next http.Handler, replicationUser string) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if strings.HasPrefix(r.URL.Path, "/v1/") && !presents(r, agentapi.OperatorCommonName) {
+		allowed := presents(r, agentapi.OperatorCommonName) ||
+			r.URL.Path == agentapi.PathMajorUpgradeKit && presents(r, replicationUser)
+		if strings.HasPrefix(r.URL.Path, "/v1/") && !allowed {
 			http.Error(w, "the operator's client certificate is required", http.StatusUnauthorized)
 			return
 		}

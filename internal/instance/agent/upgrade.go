@@ -160,6 +160,7 @@ type MajorUpgrades interface {
 	MajorUpgradeResult() *agentapi.MajorUpgradeResult
 	StartMajorUpgradeRebuild(ctx context.Context, req agentapi.MajorUpgradeRebuildRequest) (started bool, err error)
 	MajorUpgradeRebuildResult() *agentapi.MajorUpgradeRebuildResult
+	FollowKitDir() (string, bool)
 }
 
 func handleMajorUpgrades(mux *http.ServeMux, upgrades MajorUpgrades, token func() string) {
@@ -171,6 +172,7 @@ func handleMajorUpgrades(mux *http.ServeMux, upgrades MajorUpgrades, token func(
 		upgrades.StartMajorUpgrade, upgrades.MajorUpgradeResult)
 	handleBackgroundJob(mux, token, agentapi.PathMajorUpgradeRebuild, "rebuild on the new major", nil,
 		upgrades.StartMajorUpgradeRebuild, upgrades.MajorUpgradeRebuildResult)
+	handleFollowKit(mux, upgrades, token)
 }
 
 // handleBackgroundJob serves a job the agent runs in the background at path: POST starts it

@@ -82,6 +82,10 @@ func (a *Agent) runRebuild(ctx context.Context, carried postgres.Carried, req ag
 func (a *Agent) rebuildOnImageMajor(ctx context.Context, carried postgres.Carried, req agentapi.MajorUpgradeRebuildRequest) error {
 	a.restartMu.Lock()
 	defer a.restartMu.Unlock()
+	replayLSN := ""
+	if a.Instance.Running() {
+		replayLSN, _ = a.replayedLSN(ctx) // none: not a standby, no kit
+	}
 	if err := a.Instance.Stop(a.Options.ShutdownGrace); err != nil {
 		return fmt.Errorf("stop PostgreSQL %d: %w", carried.Major, err)
 	}
@@ -89,9 +93,8 @@ func (a *Agent) rebuildOnImageMajor(ctx context.Context, carried postgres.Carrie
 		return fmt.Errorf("rebuild marker: %w", err)
 	}
 	a.Instance.LeaveCarried(carried, a.Config.BinDir)
-	method, err := a.rebuildByDelta(ctx, req.BackupLabel)
+	method, err := a.rebuildByCheapest(ctx, req, replayLSN)
 	if err != nil {
-		a.noteRebuild(func(r *agentapi.MajorUpgradeRebuildResult) { r.Reason = err.Error() })
 		if method, err = agentapi.RebuildClone, a.rebuildByClone(ctx); err != nil {
 			return err
 		}
@@ -104,6 +107,27 @@ func (a *Agent) rebuildOnImageMajor(ctx context.Context, carried postgres.Carrie
 		return err
 	}
 	return a.Instance.Start()
+}
+
+// rebuildByCheapest joins by the primary's follow kit, or restores its backup by delta; the
+// reasons of what failed are noted.
+func (a *Agent) rebuildByCheapest(ctx context.Context, req agentapi.MajorUpgradeRebuildRequest, replayLSN string) (string, error) {
+	var reasons []error
+	if req.Kit != nil {
+		method, err := a.rebuildByKit(ctx, req.Kit, replayLSN)
+		if err == nil {
+			return method, nil
+		}
+		reasons = append(reasons, err)
+	}
+	method, err := a.rebuildByDelta(ctx, req.BackupLabel)
+	if err != nil {
+		reasons = append(reasons, err)
+	}
+	if len(reasons) > 0 {
+		a.noteRebuild(func(r *agentapi.MajorUpgradeRebuildResult) { r.Reason = errors.Join(reasons...).Error() })
+	}
+	return method, err
 }
 
 // rebuildByDelta restores backup over the old directory, copying only the files that differ.

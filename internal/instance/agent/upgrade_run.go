@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"sync"
 	"time"
 
@@ -97,6 +98,12 @@ func (a *Agent) upgradeToImageMajor(ctx context.Context, carried postgres.Carrie
 	if _, err := a.keeper().Renew(ctx); err != nil {
 		return fmt.Errorf("renew the primary lease: %w", err)
 	}
+	// Where the old primary's WAL ended here: a standby that replayed as far holds the same
+	// relations, and may join the upgraded cluster by its follow kit.
+	fromLSN, err := a.replayedLSN(ctx)
+	if err != nil {
+		a.Log.Error(err, "the replay position before the upgrade's promotion; no follow kit")
+	}
 	if err := a.Instance.Promote(ctx); err != nil {
 		return fmt.Errorf("promote on PostgreSQL %d: %w", carried.Major, err)
 	}
@@ -108,9 +115,13 @@ func (a *Agent) upgradeToImageMajor(ctx context.Context, carried postgres.Carrie
 	upgrade := a.majorUpgrade()
 	upgrade.Mode = postgres.UpgradeMode(req.Mode)
 	started := time.Now()
-	err := upgrade.Prepare(ctx)
+	untilLSN, kitErr := a.followKitCheck(ctx, upgrade, fromLSN)
+	err = upgrade.Prepare(ctx)
 	if err == nil {
 		err = upgrade.Run(ctx)
+	}
+	if err == nil {
+		a.makeFollowKit(upgrade, fromLSN, untilLSN, kitErr)
 	}
 	u.mu.Lock()
 	u.result.PgUpgradeMillis = time.Since(started).Milliseconds()
@@ -132,7 +143,7 @@ func (a *Agent) upgradeToImageMajor(ctx context.Context, carried postgres.Carrie
 // revertMajorUpgrade puts the old major back, promoted, with the slots the others stream
 // through, after cause.
 func (a *Agent) revertMajorUpgrade(ctx context.Context, upgrade *postgres.MajorUpgrade, cause error, slots []string) error {
-	if err := upgrade.Revert(); err != nil {
+	if err := errors.Join(upgrade.Revert(), os.RemoveAll(upgrade.FollowKitDir())); err != nil {
 		return errors.Join(cause, fmt.Errorf("revert: %w", err))
 	}
 	a.upgradeRun.step(agentapi.UpgradeStepReverted)
@@ -196,6 +207,7 @@ func (a *Agent) catchUpAfterMajorUpgrade(ctx context.Context) error {
 	if err := a.Instance.RebuildStatistics(ctx); err != nil {
 		return err
 	}
+	a.removeFollowKitLater()
 	a.upgradeRun.step(agentapi.UpgradeStepDone)
 	return nil
 }

@@ -37,3 +37,39 @@ Checking for prepared transactions                            ok
 		t.Fatalf("checkProblems() = %q, want %q", got, want)
 	}
 }
+
+func TestDataRecordsNamesWhatMayChangeARelation(t *testing.T) {
+	stats := `Type                                           N      (%)          Record size      (%)             FPI size      (%)        Combined size      (%)
+----                                           -      ---          -----------      ---             --------      ---        -------------      ---
+XLOG/CHECKPOINT_SHUTDOWN                       1 ( 33.33)                  114 ( 36.42)                    0 (  0.00)                  114 ( 36.42)
+XLOG/END_OF_RECOVERY                           1 ( 33.33)                   34 ( 10.86)                    0 (  0.00)                   34 ( 10.86)
+XLOG/FPI                                       0 (  0.00)                    0 (  0.00)                    0 (  0.00)                    0 (  0.00)
+Standby/RUNNING_XACTS                          1 ( 33.33)                   50 ( 15.97)                    0 (  0.00)                   50 ( 15.97)
+`
+	if got := dataRecords([]byte(stats)); len(got) != 0 {
+		t.Fatalf("dataRecords(checkpoints, end of recovery, snapshot) = %q, want none", got)
+	}
+	changed := stats + `Heap/HOT_UPDATE                                1 ( 20.00)                   80 ( 12.00)                    0 (  0.00)                   80 ( 12.00)
+Transaction/COMMIT                             1 ( 20.00)                   34 (  5.00)                    0 (  0.00)                   34 (  5.00)
+                                        --------                      --------                      --------                      --------
+Total                                          5                           312 [100.00%]                   0 [0.00%]                   312 [100%]
+`
+	if got := strings.Join(dataRecords([]byte(changed)), " "); got != "Heap/HOT_UPDATE Transaction/COMMIT" {
+		t.Fatalf("dataRecords(an update) = %q, want the update and its commit", got)
+	}
+}
+
+func TestFollowKitAdmitsAStandbyThatReplayedTheSameWAL(t *testing.T) {
+	kit := FollowKitManifest{FromLSN: "0/5000100", UntilLSN: "0/5000200"}
+	for lsn, want := range map[string]bool{
+		"0/5000100": true,  // everything of the old primary, nothing of the promotion
+		"0/5000278": true,  // the upgraded instance's shutdown checkpoint too
+		"0/50000A0": false, // short of the old primary's end: relations behind
+		"0/5003000": false, // past the upgraded instance's WAL: another history
+		"garbage":   false,
+	} {
+		if err := kit.admits(lsn); (err == nil) != want {
+			t.Errorf("admits(%s) = %v, want admitted %v", lsn, err, want)
+		}
+	}
+}

@@ -1,0 +1,356 @@
+package postgres
+
+import (
+	"archive/tar"
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/pgpilot/pgpilot-operator/internal/ha"
+)
+
+// A follow kit lets the other instances join the upgraded primary without copying its data, as
+// PostgreSQL's documentation does with rsync for standbys: after pg_upgrade --link the new
+// cluster's relation files are the old cluster's, and a standby that replayed the same WAL holds
+// the same relations (only hint bits may differ, which are hints). So the kit is every file of
+// the new cluster that is not such a link, copied before its first start (the new catalogs, the
+// control file, pg_xact, the first WAL segment: a few MiB a database), and the list of the
+// linked ones with their sizes. A standby rebuilds by linking its own relation files at the
+// same paths (relfilenodes and database OIDs are kept from PostgreSQL 15 on) and writing the
+// kit's files; it then starts as a standby of the new primary at its first checkpoint.
+//
+// It holds only when the promoted instance changed no data between the old primary's last
+// record (FromLSN) and its own shutdown checkpoint (UntilLSN), which pg_waldump verifies, and
+// when the standby replayed at least up to FromLSN and nothing past UntilLSN's record.
+
+// FollowKitManifest describes a follow kit.
+type FollowKitManifest struct {
+	From, To int
+	// FromLSN is where the upgraded instance's replay of the old primary ended; UntilLSN its
+	// own shutdown checkpoint before pg_upgrade. Only WAL without data changes lies between.
+	FromLSN, UntilLSN string
+	Files             []KitFile
+}
+
+// KitFile is one entry of the new cluster, relative to its directory.
+type KitFile struct {
+	Path string
+	Mode fs.FileMode
+	Dir  bool `json:",omitempty"`
+	// Linked: the standby links its own file at Path, which must be Size bytes long; otherwise
+	// the kit holds the file's Size bytes.
+	Linked bool `json:",omitempty"`
+	Size   int64
+}
+
+// kitManifestName is the manifest's name in the kit's directory and first in its tar stream.
+const kitManifestName = "manifest.json"
+
+// FollowKitDir is where an upgraded instance keeps its follow kit, beside the data directory.
+func (u *MajorUpgrade) FollowKitDir() string {
+	return filepath.Join(filepath.Dir(u.Old.DataDir), "pgpilot-follow-kit")
+}
+
+// metadataRecords are the WAL records that may lie between the old primary's last record and
+// the promoted instance's shutdown: checkpoints, the end of recovery, hint-bit page images and
+// the standby snapshots; anything else may have changed a relation.
+var metadataRecords = map[string]bool{
+	"XLOG/CHECKPOINT_SHUTDOWN": true, "XLOG/CHECKPOINT_ONLINE": true, "XLOG/END_OF_RECOVERY": true,
+	"XLOG/FPI_FOR_HINT": true, "XLOG/NEXTOID": true, "XLOG/PARAMETER_CHANGE": true, "XLOG/SWITCH": true,
+	"XLOG/OVERWRITE_CONTRECORD": true, "Standby/RUNNING_XACTS": true,
+}
+
+// NoDataChangedSince verifies, on the old cluster stopped cleanly after its promotion, that no
+// WAL record since fromLSN changed a relation, and returns its shutdown checkpoint's location.
+func (u *MajorUpgrade) NoDataChangedSince(ctx context.Context, fromLSN string) (string, error) {
+	control, err := u.Old.ControlData(ctx)
+	if err != nil {
+		return "", err
+	}
+	if control.State != "shut down" {
+		return "", fmt.Errorf("the old cluster is %q, not shut down as a primary", control.State)
+	}
+	from, ok1 := ha.ParseLSN(fromLSN)
+	until, ok2 := ha.ParseLSN(control.CheckpointLSN)
+	if !ok1 || !ok2 || until < from {
+		return "", fmt.Errorf("WAL from %q to the shutdown checkpoint at %q: not a range", fromLSN, control.CheckpointLSN)
+	}
+	out, err := u.Old.output(ctx, "pg_waldump", "--stats=record", "--path="+filepath.Join(u.Old.DataDir, "pg_wal"),
+		"--timeline="+control.Timeline, "--start="+fromLSN, "--end="+control.CheckpointLSN)
+	if err != nil {
+		return "", err
+	}
+	if changes := dataRecords(out); len(changes) > 0 {
+		return "", fmt.Errorf("WAL records that may change relations after %s: %s", fromLSN, strings.Join(changes, ", "))
+	}
+	return control.CheckpointLSN, nil
+}
+
+// dataRecords are the record types of pg_waldump --stats=record output outside metadataRecords.
+func dataRecords(stats []byte) []string {
+	var found []string
+	scanner := bufio.NewScanner(bytes.NewReader(stats))
+	for scanner.Scan() {
+		fields := strings.Fields(scanner.Text())
+		if len(fields) < 2 || !strings.Contains(fields[0], "/") {
+			continue
+		}
+		if n, err := strconv.Atoi(fields[1]); err == nil && n > 0 && !metadataRecords[fields[0]] {
+			found = append(found, fields[0])
+		}
+	}
+	return found
+}
+
+// MakeFollowKit writes the kit of the new cluster, swapped in place and never started, beside
+// it: the copy of each file that is not a link to the previous cluster's.
+func (u *MajorUpgrade) MakeFollowKit(from, to int, fromLSN, untilLSN string) (FollowKitManifest, error) {
+	m := FollowKitManifest{From: from, To: to, FromLSN: fromLSN, UntilLSN: untilLSN}
+	kit := u.FollowKitDir()
+	building := kit + ".tmp"
+	if err := errors.Join(os.RemoveAll(kit), os.RemoveAll(building)); err != nil {
+		return m, err
+	}
+	err := filepath.WalkDir(u.Old.DataDir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, err := filepath.Rel(u.Old.DataDir, path)
+		if err != nil || rel == "." {
+			return err
+		}
+		info, err := d.Info()
+		if err != nil {
+			return err
+		}
+		entry := KitFile{Path: rel, Mode: info.Mode().Perm(), Dir: d.IsDir(), Size: info.Size()}
+		switch {
+		case d.IsDir():
+			entry.Size = 0
+		case !d.Type().IsRegular():
+			return fmt.Errorf("%s: not a regular file or directory", rel)
+		default:
+			previous, err := os.Stat(filepath.Join(u.PreviousDataDir(), rel))
+			entry.Linked = err == nil && os.SameFile(info, previous)
+			if !entry.Linked {
+				dst := filepath.Join(building, "files", rel)
+				if err := os.MkdirAll(filepath.Dir(dst), 0o700); err != nil {
+					return err
+				}
+				if err := copyFile(path, dst, 0o600); err != nil {
+					return err
+				}
+			}
+		}
+		m.Files = append(m.Files, entry)
+		return nil
+	})
+	if err != nil {
+		return m, fmt.Errorf("follow kit: %w", err)
+	}
+	if err := writeJSON(filepath.Join(building, kitManifestName), m); err != nil {
+		return m, err
+	}
+	return m, os.Rename(building, kit)
+}
+
+// ReadFollowKit is the manifest of the kit in dir.
+func ReadFollowKit(dir string) (FollowKitManifest, error) {
+	var m FollowKitManifest
+	data, err := os.ReadFile(filepath.Join(dir, kitManifestName))
+	if err != nil {
+		return m, err
+	}
+	return m, json.Unmarshal(data, &m)
+}
+
+// Copied is the bytes the kit holds, Linked those a standby keeps.
+func (m FollowKitManifest) Copied() (copied, linked int64) {
+	for _, f := range m.Files {
+		if f.Linked {
+			linked += f.Size
+		} else {
+			copied += f.Size
+		}
+	}
+	return copied, linked
+}
+
+// WriteFollowKit streams the kit in dir as tar: the manifest, then each copied file in its order.
+func WriteFollowKit(w io.Writer, dir string) error {
+	m, err := ReadFollowKit(dir)
+	if err != nil {
+		return err
+	}
+	tw := tar.NewWriter(w)
+	if err := writeTarFile(tw, kitManifestName, filepath.Join(dir, kitManifestName)); err != nil {
+		return err
+	}
+	for _, f := range m.Files {
+		if f.Dir || f.Linked {
+			continue
+		}
+		if err := writeTarFile(tw, f.Path, filepath.Join(dir, "files", f.Path)); err != nil {
+			return err
+		}
+	}
+	return tw.Close()
+}
+
+func writeTarFile(tw *tar.Writer, name, path string) error {
+	file, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = file.Close() }()
+	info, err := file.Stat()
+	if err != nil {
+		return err
+	}
+	if err := tw.WriteHeader(&tar.Header{Name: name, Mode: 0o600, Size: info.Size(), Typeflag: tar.TypeReg}); err != nil {
+		return err
+	}
+	_, err = io.Copy(tw, file)
+	return err
+}
+
+// writeJSON writes v to path and syncs it.
+func writeJSON(path string, v any) error {
+	data, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	file, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
+	if err != nil {
+		return err
+	}
+	_, err = file.Write(data)
+	return errors.Join(err, file.Sync(), file.Close())
+}
+
+// walPageSize bounds the shutdown checkpoint record a standby may have replayed past UntilLSN
+// (its start): the record and a page header.
+const walPageSize = 8192
+
+// JoinByFollowKit rebuilds this stopped standby of the old major, which replayed up to
+// replayLSN, as the new cluster the kit read from r describes: its own relation files linked,
+// the kit's files written. The old directory is replaced only once the new one is whole; a
+// failure leaves it as it was. It returns the bytes written and the bytes kept.
+func (i *Instance) JoinByFollowKit(r io.Reader, replayLSN string) (copied, kept int64, err error) {
+	tr := tar.NewReader(r)
+	m, err := readKitManifest(tr)
+	if err != nil {
+		return 0, 0, err
+	}
+	if err := m.admits(replayLSN); err != nil {
+		return 0, 0, err
+	}
+	next, replaced := i.DataDir+".kit", i.DataDir+".replaced"
+	if err := errors.Join(os.RemoveAll(next), os.RemoveAll(replaced)); err != nil {
+		return 0, 0, err
+	}
+	if err := i.mkdirOwned(next, 0o700); err != nil {
+		return 0, 0, err
+	}
+	for _, f := range m.Files {
+		n, err := i.joinEntry(tr, next, f)
+		if err != nil {
+			return 0, 0, errors.Join(fmt.Errorf("%s: %w", f.Path, err), os.RemoveAll(next))
+		}
+		if f.Linked {
+			kept += n
+		} else {
+			copied += n
+		}
+	}
+	if err := errors.Join(os.Rename(i.DataDir, replaced), os.Rename(next, i.DataDir)); err != nil {
+		return 0, 0, err
+	}
+	return copied, kept, errors.Join(syncDir(filepath.Dir(i.DataDir)), os.RemoveAll(replaced))
+}
+
+func readKitManifest(tr *tar.Reader) (FollowKitManifest, error) {
+	var m FollowKitManifest
+	header, err := tr.Next()
+	if err != nil {
+		return m, fmt.Errorf("follow kit: %w", err)
+	}
+	if header.Name != kitManifestName {
+		return m, fmt.Errorf("follow kit: %q first, want its manifest", header.Name)
+	}
+	if err := json.NewDecoder(io.LimitReader(tr, 64<<20)).Decode(&m); err != nil {
+		return m, fmt.Errorf("follow kit manifest: %w", err)
+	}
+	return m, nil
+}
+
+// admits: a standby that replayed up to replayLSN holds the relations the kit's cluster links.
+func (m FollowKitManifest) admits(replayLSN string) error {
+	replay, ok1 := ha.ParseLSN(replayLSN)
+	from, ok2 := ha.ParseLSN(m.FromLSN)
+	until, ok3 := ha.ParseLSN(m.UntilLSN)
+	switch {
+	case !ok1 || !ok2 || !ok3:
+		return fmt.Errorf("follow kit: positions %q, %q, %q", replayLSN, m.FromLSN, m.UntilLSN)
+	case replay < from:
+		return fmt.Errorf("follow kit: this standby replayed up to %s, short of the old primary's end at %s", replayLSN, m.FromLSN)
+	case replay > until+walPageSize:
+		return fmt.Errorf("follow kit: this standby replayed up to %s, past the upgraded instance's last checkpoint at %s", replayLSN, m.UntilLSN)
+	}
+	return nil
+}
+
+// joinEntry makes f in next: a directory, a link to this instance's own file (its size checked),
+// or the kit's file from tr. It returns the file's bytes.
+func (i *Instance) joinEntry(tr *tar.Reader, next string, f KitFile) (int64, error) {
+	if strings.HasPrefix(filepath.Clean(f.Path), "..") || filepath.IsAbs(f.Path) {
+		return 0, errors.New("a path outside the data directory")
+	}
+	path := filepath.Join(next, f.Path)
+	switch {
+	case f.Dir:
+		return 0, i.mkdirOwned(path, f.Mode)
+	case f.Linked:
+		own := filepath.Join(i.DataDir, f.Path)
+		info, err := os.Stat(own)
+		if err != nil {
+			return 0, fmt.Errorf("this standby lacks a relation file of the upgraded cluster: %w", err)
+		}
+		if info.Size() != f.Size {
+			return 0, fmt.Errorf("%d bytes here, %d on the upgraded instance: not the same relation", info.Size(), f.Size)
+		}
+		return f.Size, os.Link(own, path)
+	}
+	header, err := tr.Next()
+	if err != nil {
+		return 0, err
+	}
+	if header.Name != f.Path || header.Size != f.Size {
+		return 0, fmt.Errorf("the kit holds %q (%d bytes) in its place", header.Name, header.Size)
+	}
+	out, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_EXCL, f.Mode)
+	if err != nil {
+		return 0, err
+	}
+	n, err := io.Copy(out, tr)
+	if err := errors.Join(err, out.Sync(), out.Close()); err != nil {
+		return 0, err
+	}
+	return n, i.chown(path)
+}
+
+func (i *Instance) mkdirOwned(path string, mode fs.FileMode) error {
+	if err := os.Mkdir(path, mode); err != nil {
+		return err
+	}
+	return i.chown(path)
+}

@@ -1,0 +1,165 @@
+package postgres_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strings"
+	"testing"
+	"time"
+
+
+	"github.com/pgpilot/pgpilot-operator/api/agentapi"
+	"github.com/pgpilot/pgpilot-operator/internal/instance/postgres"
+	"github.com/pgpilot/pgpilot-operator/test/pgtest"
+)
+
+// A second standby of the old major joins the upgraded primary through its follow kit: its own
+// relation files linked, only the new catalogs and control files copied, and it streams from
+// the new primary what was written after the upgrade.
+func TestMajorUpgradeFollowKitJoinsAStandbyWithoutCopyingItsRelations(t *testing.T) {
+	skipOnOldestMajor(t)
+	ctx := context.Background()
+	carried := pgtest.Carried(t)
+	primary, standby, admin := oldMajorPair(t, carried)
+	follower := carriedInstance(t, carried, "old-follower")
+	conninfo := fmt.Sprintf("host=%s port=%d user=%s application_name=follower", pgtest.Loopback, primary.Port, agentapi.DefaultReplicationUser)
+	if err := follower.Clone(ctx, conninfo, "repl", "follower"); err != nil {
+		t.Fatal(err)
+	}
+	if err := follower.Start(); err != nil {
+		t.Fatal(err)
+	}
+	pgtest.WaitReplayed(t, admin, follower, superuserPassword)
+	pgtest.WaitReplayed(t, admin, standby, superuserPassword)
+	relation := relationPath(t, admin, "orders")
+	index := relationPath(t, admin, "orders_customer")
+	if err := primary.Stop(time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	fromLSN := replayLSN(t, standby)
+	pgtest.WaitReplayedTo(t, follower, fromLSN, superuserPassword)
+	upgrade := promoteStopAndUpgrade(t, standby)
+	until, err := upgrade.NoDataChangedSince(ctx, fromLSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := upgrade.Prepare(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := upgrade.Run(ctx); err != nil {
+		t.Fatal(err)
+	}
+	manifest, err := upgrade.MakeFollowKit(carried.Major, pgtest.Major(t), fromLSN, until)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := upgrade.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	upgraded := standby
+	upgraded.BinDir, upgraded.Env = pgtest.BinDir(t), nil
+	conn := countOrders(t, upgraded)
+	exec(t, conn, "INSERT INTO orders SELECT g, -1, 'after' FROM generate_series($1::bigint + 1, $1::bigint + 1000) g", orderRows)
+	exec(t, conn, "CREATE TABLE after_upgrade AS SELECT 1 AS one")
+
+	followerReplay := replayLSN(t, follower)
+	if err := follower.Stop(time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	reader, writer := io.Pipe()
+	go func() { writer.CloseWithError(postgres.WriteFollowKit(writer, upgrade.FollowKitDir())) }()
+	copied, kept, err := follower.JoinByFollowKit(reader, followerReplay)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kitCopied, kitLinked := manifest.Copied()
+	t.Logf("follow kit of %d files: %d MiB copied, %d MiB kept (relations linked)", len(manifest.Files), copied>>20, kept>>20)
+	if copied != kitCopied || kept != kitLinked {
+		t.Fatalf("joined %d copied / %d kept, the manifest says %d / %d", copied, kept, kitCopied, kitLinked)
+	}
+	for _, path := range []string{relation, index} {
+		if !linkedIn(manifest, path) {
+			t.Fatalf("%s is not linked in the kit: %+v", path, manifest.Files)
+		}
+	}
+	follower.BinDir, follower.Env = pgtest.BinDir(t), nil
+	conninfo = fmt.Sprintf("host=%s port=%d user=%s password=repl application_name=follower", pgtest.Loopback, upgraded.Port, agentapi.DefaultReplicationUser)
+	if err := follower.ConfigureStandby(conninfo, ""); err != nil {
+		t.Fatal(err)
+	}
+	if err := follower.Start(); err != nil {
+		t.Fatal(err)
+	}
+	pgtest.WaitReplayed(t, conn, follower, superuserPassword)
+	reader2 := pgtest.Connect(t, follower, agentapi.Superuser, superuserPassword, "postgres")
+	var total, after int
+	if err := reader2.QueryRow(ctx, "SELECT count(*), count(*) FILTER (WHERE customer = -1) FROM orders").Scan(&total, &after); err != nil {
+		t.Fatal(err)
+	}
+	if total != orderRows+1000 || after != 1000 {
+		t.Fatalf("the joined standby has %d orders, %d after the upgrade; want %d and 1000", total, after, orderRows+1000)
+	}
+	// Its relations are its own files, read through the new major's server.
+	if err := reader2.QueryRow(ctx, "SELECT count(*) FROM orders WHERE customer = 7").Scan(&total); err != nil || total != orderRows/1000 {
+		t.Fatalf("orders of customer 7 by index = %d (%v), want %d", total, err, orderRows/1000)
+	}
+}
+
+// The promoted instance wrote data after the old primary's end: its relations may differ from
+// the standbys', and no kit is made.
+func TestMajorUpgradeFollowKitIsRefusedWhenThePromotedInstanceChangedData(t *testing.T) {
+	skipOnOldestMajor(t)
+	ctx := context.Background()
+	primary, standby, _ := oldMajorPair(t, pgtest.Carried(t))
+	if err := primary.Stop(time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	fromLSN := replayLSN(t, standby)
+	if err := standby.Promote(ctx); err != nil {
+		t.Fatal(err)
+	}
+	conn := pgtest.Connect(t, standby, agentapi.Superuser, superuserPassword, "postgres")
+	exec(t, conn, "UPDATE orders SET note = 'changed' WHERE id = 1")
+	if err := standby.Stop(time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	upgrade := &postgres.MajorUpgrade{Old: standby, NewBinDir: pgtest.BinDir(t), Mode: postgres.UpgradeLink}
+	if _, err := upgrade.NoDataChangedSince(ctx, fromLSN); err == nil || !strings.Contains(err.Error(), "Heap") {
+		t.Fatalf("NoDataChangedSince() = %v, want the Heap records named", err)
+	}
+}
+
+// promoteStopAndUpgrade promotes the stopped primary's standby and stops it cleanly, as the
+// agent does before pg_upgrade.
+func promoteStopAndUpgrade(t *testing.T, standby *postgres.Instance) *postgres.MajorUpgrade {
+	t.Helper()
+	if err := standby.Promote(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := standby.Stop(time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	return &postgres.MajorUpgrade{Old: standby, NewBinDir: pgtest.BinDir(t), Mode: postgres.UpgradeLink}
+}
+
+func replayLSN(t *testing.T, standby *postgres.Instance) string {
+	t.Helper()
+	conn := pgtest.Connect(t, standby, agentapi.Superuser, superuserPassword, "postgres")
+	defer func() { _ = conn.Close(context.Background()) }()
+	var lsn string
+	if err := conn.QueryRow(context.Background(), "SELECT pg_last_wal_replay_lsn()::text").Scan(&lsn); err != nil {
+		t.Fatal(err)
+	}
+	return lsn
+}
+
+func linkedIn(m postgres.FollowKitManifest, path string) bool {
+	for _, f := range m.Files {
+		if f.Path == path {
+			return f.Linked
+		}
+	}
+	return false
+}
+
