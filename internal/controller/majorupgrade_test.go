@@ -52,7 +52,11 @@ func (f *fakeUpgradeAgents) MajorUpgrade(_ context.Context, e agentapi.Endpoint)
 }
 
 func (f *fakeUpgradeAgents) StartMajorUpgradeRebuild(_ context.Context, e agentapi.Endpoint, req agentapi.MajorUpgradeRebuildRequest) (*agentapi.MajorUpgradeRebuildResult, error) {
-	f.asked = append(f.asked, "rebuild "+e.Address+" "+req.BackupLabel)
+	asked := "rebuild " + e.Address + " " + req.BackupLabel
+	if req.Kit != nil {
+		asked += " kit from " + req.Kit.Address
+	}
+	f.asked = append(f.asked, asked)
 	f.rebuilds[e.Address] = &agentapi.MajorUpgradeRebuildResult{StartedAt: rfc3339(time.Now())}
 	return f.rebuilds[e.Address], nil
 }
@@ -293,6 +297,15 @@ func TestMajorUpgradeAfterTheSwitchover(t *testing.T) {
 		if !strings.Contains(cluster.Status.MajorUpgrade.Message, "pg_upgrade: killed") || cluster.Status.PostgresMajor != 15 {
 			t.Fatalf("reverted: %+v, data major %d", cluster.Status.MajorUpgrade, cluster.Status.PostgresMajor)
 		}
+	})
+
+	t.Run("with a follow kit the others join at once, not after the first backup", func(t *testing.T) {
+		r, agents, cluster := upgraded()
+		agents.upgrades["db-1"].FollowKit = true
+		runMajorUpgradeStage(t, r, cluster, pods, reports("17.6", "15.14"))
+		expectStep(t, cluster, pgv1.MajorUpgradeRebuildingReplicas)
+		runMajorUpgradeStage(t, r, cluster, pods, reports("17.6", "15.14"))
+		expectAsked(t, agents, "rebuild db-0  kit from db-1", "rebuild db-2  kit from db-1")
 	})
 
 	r, agents, cluster := upgraded()

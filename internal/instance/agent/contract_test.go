@@ -176,6 +176,7 @@ func (u *upgrades) StartMajorUpgradeCheck(_ context.Context, req agentapi.MajorU
 	return true, nil
 }
 func (u *upgrades) MajorUpgradeCheckResult() *agentapi.MajorUpgradeCheckResult { return u.result }
+func (u *upgrades) FollowKitDir() (string, bool)                               { return "", false }
 func (u *upgrades) StartMajorUpgrade(context.Context, agentapi.MajorUpgradeRequest) (bool, error) {
 	return false, agentapi.ErrWrongRole
 }

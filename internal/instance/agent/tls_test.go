@@ -144,6 +144,15 @@ func TestAgentAPIAndMetricsServeTheirCertificatesOnly(t *testing.T) {
 	if _, err := tlsStatus(primary, notOperator); err == nil || !strings.Contains(err.Error(), "401") {
 		t.Errorf("status with the replication user's certificate: %v; want 401", err)
 	}
+	// The follow kit is the one path the other agents reach with it (this agent keeps none).
+	kitFrom := agentapi.Endpoint{Address: strings.TrimPrefix(primary.URL, "https://"), Token: token, TLS: notOperator}
+	if _, err := agentapi.FetchFollowKit(context.Background(), kitFrom); err == nil || !strings.Contains(err.Error(), "404") {
+		t.Errorf("follow kit with the replication user's certificate: %v; want 404 (none kept)", err)
+	}
+	kitFrom.TLS = noClientCert
+	if _, err := agentapi.FetchFollowKit(context.Background(), kitFrom); err == nil || !strings.Contains(err.Error(), "401") {
+		t.Errorf("follow kit without a client certificate: %v; want 401", err)
+	}
 	if _, err := tlsStatus(primary, stranger.OperatorTLS(t)); err == nil {
 		t.Error("the operator trusted an agent certificate of another CA")
 	}

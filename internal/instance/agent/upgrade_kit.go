@@ -56,12 +56,12 @@ func (a *Agent) followKitCheck(ctx context.Context, upgrade *postgres.MajorUpgra
 
 // makeFollowKit records the kit of the swapped, never started new cluster, or why there is none;
 // a failure costs the others a delta restore, not the upgrade.
-func (a *Agent) makeFollowKit(upgrade *postgres.MajorUpgrade, fromLSN, untilLSN string, checkErr error) {
+func (a *Agent) makeFollowKit(ctx context.Context, upgrade *postgres.MajorUpgrade, fromLSN, untilLSN string, checkErr error) {
 	err := checkErr
 	if err == nil {
 		r := a.MajorUpgradeResult()
 		var m postgres.FollowKitManifest
-		m, err = upgrade.MakeFollowKit(r.From, r.To, fromLSN, untilLSN)
+		m, err = upgrade.MakeFollowKit(ctx, r.From, r.To, fromLSN, untilLSN)
 		copied, linked := m.Copied()
 		a.Log.Info("follow kit made", "files", len(m.Files), "copiedBytes", copied, "linkedBytes", linked, "error", err)
 	}

@@ -121,7 +121,7 @@ func (a *Agent) upgradeToImageMajor(ctx context.Context, carried postgres.Carrie
 		err = upgrade.Run(ctx)
 	}
 	if err == nil {
-		a.makeFollowKit(upgrade, fromLSN, untilLSN, kitErr)
+		a.makeFollowKit(ctx, upgrade, fromLSN, untilLSN, kitErr)
 	}
 	u.mu.Lock()
 	u.result.PgUpgradeMillis = time.Since(started).Milliseconds()
@@ -146,7 +146,9 @@ func (a *Agent) revertMajorUpgrade(ctx context.Context, upgrade *postgres.MajorU
 	if err := errors.Join(upgrade.Revert(), os.RemoveAll(upgrade.FollowKitDir())); err != nil {
 		return errors.Join(cause, fmt.Errorf("revert: %w", err))
 	}
-	a.upgradeRun.step(agentapi.UpgradeStepReverted)
+	a.upgradeRun.mu.Lock()
+	a.upgradeRun.result.Step, a.upgradeRun.result.FollowKit = agentapi.UpgradeStepReverted, false
+	a.upgradeRun.mu.Unlock()
 	if err := a.Instance.Start(); err != nil {
 		return errors.Join(cause, fmt.Errorf("start the old major again: %w", err))
 	}

@@ -130,6 +130,10 @@ func TestMajorUpgradeTurnsTheStandbyIntoTheNewMajorsPrimary(t *testing.T) {
 	if err != nil || s.Role != agentapi.RolePrimary || s.Fenced {
 		t.Fatalf("the upgraded instance is %+v (%v), want the primary, unfenced", s, err)
 	}
+	// The promotion before pg_upgrade changed no relation: the others may join by links.
+	if !result.FollowKit || result.FollowKitError != "" {
+		t.Fatalf("no follow kit: %s", result.FollowKitError)
+	}
 	t.Logf("pg_upgrade ran %d ms", result.PgUpgradeMillis)
 }
 
@@ -142,6 +146,9 @@ func TestMajorUpgradeFailingBeforeThePointOfNoReturnLeavesTheOldMajorPrimary(t *
 	result := upgradeEnded(t, standby)
 	if result.Step != agentapi.UpgradeStepReverted || !strings.Contains(result.Error, "point of no return") {
 		t.Fatalf("the upgrade ended %+v, want Reverted", result)
+	}
+	if result.FollowKit {
+		t.Fatal("a reverted upgrade offers a follow kit")
 	}
 	if rows, major := orders(t, standbyInst); rows != upgradeRows || major != carried.Major {
 		t.Fatalf("after the revert: %d rows on PostgreSQL %d, want %d on %d", rows, major, upgradeRows, carried.Major)

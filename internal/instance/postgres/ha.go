@@ -30,6 +30,8 @@ type ControlData struct {
 	CheckpointLSN string
 	// Timeline is the latest checkpoint's timeline.
 	Timeline string
+	// RedoWALFile is the WAL segment recovery from the latest checkpoint starts in.
+	RedoWALFile string
 }
 
 // CleanlyShutDown reports whether the server stopped with a shutdown checkpoint: every WAL
@@ -56,6 +58,7 @@ func (i *Instance) ControlData(ctx context.Context) (ControlData, error) {
 		State:         fields["Database cluster state"],
 		CheckpointLSN: fields["Latest checkpoint location"],
 		Timeline:      fields["Latest checkpoint's TimeLineID"],
+		RedoWALFile:   fields["Latest checkpoint's REDO WAL file"],
 	}
 	if c.State == "" || c.CheckpointLSN == "" {
 		return c, fmt.Errorf("pg_controldata: unexpected output")

@@ -12,6 +12,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 
@@ -51,6 +52,9 @@ type KitFile struct {
 	Linked bool `json:",omitempty"`
 	Size   int64
 }
+
+// walSegmentName matches a WAL segment's file name.
+var walSegmentName = regexp.MustCompile(`^[0-9A-F]{24}$`)
 
 // kitManifestName is the manifest's name in the kit's directory and first in its tar stream.
 const kitManifestName = "manifest.json"
@@ -113,20 +117,32 @@ func dataRecords(stats []byte) []string {
 
 // MakeFollowKit writes the kit of the new cluster, swapped in place and never started, beside
 // it: the copy of each file that is not a link to the previous cluster's.
-func (u *MajorUpgrade) MakeFollowKit(from, to int, fromLSN, untilLSN string) (FollowKitManifest, error) {
+func (u *MajorUpgrade) MakeFollowKit(ctx context.Context, from, to int, fromLSN, untilLSN string) (FollowKitManifest, error) {
 	m := FollowKitManifest{From: from, To: to, FromLSN: fromLSN, UntilLSN: untilLSN}
+	// Of the WAL only the segment the new cluster's recovery starts in: the others pg_wal
+	// holds are recycled ones, which the new primary streams anew.
+	control, err := u.newInstance(u.Old.DataDir).ControlData(ctx)
+	if err != nil {
+		return m, err
+	}
+	if control.RedoWALFile == "" {
+		return m, errors.New("pg_controldata names no REDO WAL file")
+	}
 	kit := u.FollowKitDir()
 	building := kit + ".tmp"
 	if err := errors.Join(os.RemoveAll(kit), os.RemoveAll(building)); err != nil {
 		return m, err
 	}
-	err := filepath.WalkDir(u.Old.DataDir, func(path string, d fs.DirEntry, err error) error {
+	err = filepath.WalkDir(u.Old.DataDir, func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
 		rel, err := filepath.Rel(u.Old.DataDir, path)
 		if err != nil || rel == "." {
 			return err
+		}
+		if dir, name := filepath.Split(rel); dir == "pg_wal/" && walSegmentName.MatchString(name) && name != control.RedoWALFile {
+			return nil
 		}
 		info, err := d.Info()
 		if err != nil {

@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-
 	"github.com/pgpilot/pgpilot-operator/api/agentapi"
 	"github.com/pgpilot/pgpilot-operator/internal/instance/postgres"
 	"github.com/pgpilot/pgpilot-operator/test/pgtest"
@@ -50,7 +49,7 @@ func TestMajorUpgradeFollowKitJoinsAStandbyWithoutCopyingItsRelations(t *testing
 	if err := upgrade.Run(ctx); err != nil {
 		t.Fatal(err)
 	}
-	manifest, err := upgrade.MakeFollowKit(carried.Major, pgtest.Major(t), fromLSN, until)
+	manifest, err := upgrade.MakeFollowKit(ctx, carried.Major, pgtest.Major(t), fromLSN, until)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -162,4 +161,3 @@ func linkedIn(m postgres.FollowKitManifest, path string) bool {
 	}
 	return false
 }
-
