@@ -163,8 +163,17 @@ bench: manifests envtest host-packages versitygw ## Measure API load, CPU and ca
 	go test -run '^$$' -bench Scrape -benchtime 500x -benchmem ./internal/instance/exporter/
 
 .PHONY: figures
-figures: ## Render the HA figures of README.md and docs/benchmarks.md from the recorded e2e run, docs/results/e2e.json (each e2e run writes its own to bin/e2e-results.json).
+figures: ## Render the HA figures of README.md and docs/benchmarks.md from the recorded e2e run, docs/results/e2e.json (each e2e run writes its own to bin/e2e-results.json), and the major upgrade figures from docs/results/major-upgrade.json.
 	go run ./hack/figures render docs/results/e2e.json README.md docs/benchmarks.md
+	go run ./hack/figures render -block upgrade docs/results/major-upgrade.json docs/benchmarks.md
+
+# BENCH_UPGRADE_MIB are the database sizes bench-major-upgrade upgrades, side by side.
+BENCH_UPGRADE_MIB ?= 1024 10240
+
+.PHONY: bench-major-upgrade
+bench-major-upgrade: manifests kustomize ## Upgrade 3-instance synchronous PostgreSQL 15 clusters of each size in BENCH_UPGRADE_MIB to 17 on the local cluster under the write checker (outage, HA back, archiving back, bytes per replica); record with `cp bin/e2e-results.json docs/results/major-upgrade.json && make figures`.
+	E2E_PHASES=deploy E2E_PROCS=1 E2E_DEPLOY_LABELS=upgrade-bench E2E_UPGRADE_BENCH_MIB="$(BENCH_UPGRADE_MIB)" \
+		E2E_GINKGO_FLAGS=--timeout=3h test/e2e/run.sh
 
 .PHONY: demo-envtest
 demo-envtest: manifests envtest ## The operator against a bare control plane (no kubelet, no root): children and conditions only.

@@ -3,7 +3,8 @@
 //
 //	figures collect -commit SHA REPORT.json...  the write checkers' reports of an e2e run, as a
 //	                                            results file (JSON, on stdout)
-//	figures render RESULTS.json DOC.md...        rewrites each DOC's generated block from it
+//	figures render [-block ha|upgrade] RESULTS.json DOC.md...
+//	                                            rewrites each DOC's generated block from it
 //
 // test/e2e/run.sh collects every run into bin/e2e-results.json; a run worth recording is copied
 // to docs/results/e2e.json and `make figures` renders it. CI checks that the committed docs
@@ -24,14 +25,49 @@ import (
 	"github.com/onsi/ginkgo/v2/types"
 )
 
-// checkerSuffix ends the name of the report entry a write checker adds (test/e2e finish).
-const checkerSuffix = ": write checker"
+// checkerSuffix ends the name of the report entry a write checker adds (test/e2e finish), and
+// upgradeSuffix the one of a major upgrade benchmark (test/e2e benchMajorUpgrade).
+const (
+	checkerSuffix = ": write checker"
+	upgradeSuffix = ": major upgrade"
+)
 
 // Results is one e2e run's write-checker figures.
 type Results struct {
 	Commit    string     `json:"commit"`
 	Date      string     `json:"date"`
 	Scenarios []Scenario `json:"scenarios"`
+	Upgrades  []Upgrade  `json:"upgrades,omitempty"`
+}
+
+// Upgrade is what one major upgrade of the benchmark measured, durations in seconds.
+type Upgrade struct {
+	DatabaseMiB   int64     `json:"databaseMiB"`
+	Passed        bool      `json:"passed"`
+	LongestGap    float64   `json:"longestGapSeconds"`
+	PgUpgrade     float64   `json:"pgUpgradeSeconds"`
+	HABack        float64   `json:"haBackSeconds"`
+	ArchivingBack float64   `json:"archivingBackSeconds"`
+	Replicas      []Replica `json:"replicas"`
+}
+
+// Replica is how one instance was rebuilt on the new major.
+type Replica struct {
+	Name      string `json:"name"`
+	Method    string `json:"method"`
+	CopiedMiB int64  `json:"copiedMiB"`
+	KeptMiB   int64  `json:"keptMiB"`
+}
+
+// upgradeReport is test/e2e's UpgradeFigures as ginkgo encodes it.
+type upgradeReport struct {
+	DatabaseMiB                                  int64
+	LongestGap, PgUpgrade, HABack, ArchivingBack time.Duration
+	Replicas                                     []struct {
+		Name                   string `json:"name"`
+		Method                 string `json:"method"`
+		BytesCopied, BytesKept int64
+	}
 }
 
 // Scenario is what one write checker saw, durations in seconds.
@@ -67,11 +103,14 @@ func main() {
 		_ = flags.Parse(os.Args[2:])
 		err = collect(os.Stdout, *commit, time.Now().UTC(), flags.Args())
 	case "render":
-		if len(os.Args) < 4 {
+		flags := flag.NewFlagSet("render", flag.ExitOnError)
+		block := flags.String("block", "ha", "the generated block to render: ha (the write checkers') or upgrade (the major upgrade benchmark's)")
+		_ = flags.Parse(os.Args[2:])
+		if flags.NArg() < 2 {
 			err = errors.New("render needs a results file and at least one document")
 			break
 		}
-		err = renderFiles(os.Args[2], os.Args[3:])
+		err = renderFiles(*block, flags.Arg(0), flags.Args()[1:])
 	default:
 		err = fmt.Errorf("unknown command %q", os.Args[1])
 	}
@@ -104,10 +143,16 @@ func collect(w io.Writer, commit string, now time.Time, paths []string) error {
 					return fmt.Errorf("%s: %w", path, err)
 				}
 				results.Scenarios = append(results.Scenarios, scenarios...)
+				upgrades, err := upgradesOf(spec)
+				if err != nil {
+					return fmt.Errorf("%s: %w", path, err)
+				}
+				results.Upgrades = append(results.Upgrades, upgrades...)
 			}
 		}
 	}
 	slices.SortStableFunc(results.Scenarios, func(a, b Scenario) int { return strings.Compare(a.Name, b.Name) })
+	slices.SortStableFunc(results.Upgrades, func(a, b Upgrade) int { return int(a.DatabaseMiB - b.DatabaseMiB) })
 	out, err := json.MarshalIndent(results, "", "  ")
 	if err != nil {
 		return err
@@ -134,15 +179,45 @@ func scenariosOf(spec types.SpecReport) ([]Scenario, error) {
 	return scenarios, nil
 }
 
+func upgradesOf(spec types.SpecReport) ([]Upgrade, error) {
+	var upgrades []Upgrade
+	for _, entry := range spec.ReportEntries {
+		if !strings.HasSuffix(entry.Name, upgradeSuffix) {
+			continue
+		}
+		var r upgradeReport
+		if err := json.Unmarshal([]byte(entry.Value.AsJSON), &r); err != nil {
+			return nil, fmt.Errorf("report entry %q: %w", entry.Name, err)
+		}
+		u := Upgrade{DatabaseMiB: r.DatabaseMiB, Passed: !spec.Failed(), LongestGap: seconds(r.LongestGap),
+			PgUpgrade: seconds(r.PgUpgrade), HABack: seconds(r.HABack), ArchivingBack: seconds(r.ArchivingBack)}
+		for _, replica := range r.Replicas {
+			u.Replicas = append(u.Replicas, Replica{Name: replica.Name, Method: replica.Method,
+				CopiedMiB: replica.BytesCopied >> 20, KeptMiB: replica.BytesKept >> 20})
+		}
+		upgrades = append(upgrades, u)
+	}
+	return upgrades, nil
+}
+
 func seconds(d time.Duration) float64 { return d.Round(100 * time.Millisecond).Seconds() }
 
-// Markers around the generated block in a document.
-const (
-	beginMarker = "<!-- figures:ha begin (generated by make figures from docs/results/e2e.json; do not edit) -->"
-	endMarker   = "<!-- figures:ha end -->"
-)
+// blocks are the generated blocks: their markers and how the results become their text.
+var blocks = map[string]struct {
+	begin, end string
+	render     func(Results) string
+}{
+	"ha": {"<!-- figures:ha begin (generated by make figures from docs/results/e2e.json; do not edit) -->",
+		"<!-- figures:ha end -->", render},
+	"upgrade": {"<!-- figures:upgrade begin (generated by make figures from docs/results/major-upgrade.json; do not edit) -->",
+		"<!-- figures:upgrade end -->", renderUpgrades},
+}
 
-func renderFiles(resultsPath string, docs []string) error {
+func renderFiles(block, resultsPath string, docs []string) error {
+	b, ok := blocks[block]
+	if !ok {
+		return fmt.Errorf("no generated block %q", block)
+	}
 	data, err := os.ReadFile(resultsPath)
 	if err != nil {
 		return err
@@ -151,13 +226,13 @@ func renderFiles(resultsPath string, docs []string) error {
 	if err := json.Unmarshal(data, &results); err != nil {
 		return fmt.Errorf("%s: %w", resultsPath, err)
 	}
-	table := render(results)
+	table := b.render(results)
 	for _, doc := range docs {
 		content, err := os.ReadFile(doc)
 		if err != nil {
 			return err
 		}
-		updated, err := replaceBlock(string(content), table)
+		updated, err := replaceBlock(string(content), b.begin, b.end, table)
 		if err != nil {
 			return fmt.Errorf("%s: %w", doc, err)
 		}
@@ -200,11 +275,35 @@ func shortCommit(c string) string {
 }
 
 // replaceBlock puts table between the markers of doc.
-func replaceBlock(doc, table string) (string, error) {
+func replaceBlock(doc, beginMarker, endMarker, table string) (string, error) {
 	begin := strings.Index(doc, beginMarker)
 	end := strings.Index(doc, endMarker)
 	if begin < 0 || end < begin {
-		return "", errors.New("no generated block (the figures:ha markers)")
+		return "", fmt.Errorf("no generated block (markers %s … %s)", beginMarker, endMarker)
 	}
 	return doc[:begin+len(beginMarker)] + "\n" + table + doc[end:], nil
+}
+
+// renderUpgrades is the major upgrade benchmark's results as a markdown table.
+func renderUpgrades(r Results) string {
+	if len(r.Upgrades) == 0 {
+		return "No recorded run yet.\n"
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "Recorded run: commit %s, %s (`make bench-major-upgrade` on 2 cores, one size at a time).\n\n", shortCommit(r.Commit), r.Date)
+	b.WriteString("| database | longest time without an acknowledged write | pg_upgrade | point of no return to a replica streaming on the new major | … to the first archived segment | replicas rebuilt: copied / kept | spec |\n")
+	b.WriteString("|---|---|---|---|---|---|---|\n")
+	for _, u := range r.Upgrades {
+		replicas := make([]string, 0, len(u.Replicas))
+		for _, replica := range u.Replicas {
+			replicas = append(replicas, fmt.Sprintf("%s by %s: %d / %d MiB", replica.Name, replica.Method, replica.CopiedMiB, replica.KeptMiB))
+		}
+		outcome := "passed"
+		if !u.Passed {
+			outcome = "failed"
+		}
+		fmt.Fprintf(&b, "| %d MiB | %.1f s | %.1f s | %.1f s | %.1f s | %s | %s |\n", u.DatabaseMiB, u.LongestGap, u.PgUpgrade,
+			u.HABack, u.ArchivingBack, strings.Join(replicas, "; "), outcome)
+	}
+	return b.String()
 }

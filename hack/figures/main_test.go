@@ -44,8 +44,9 @@ func TestCollectAndRender(t *testing.T) {
 		results.Scenarios[0].Passed || !results.Scenarios[1].Passed {
 		t.Fatalf("results %+v", results)
 	}
+	beginMarker, endMarker := blocks["ha"].begin, blocks["ha"].end
 	doc := "# Title\n\nbefore\n" + beginMarker + "\nstale\n" + endMarker + "\nafter\n"
-	got, err := replaceBlock(doc, render(results))
+	got, err := replaceBlock(doc, beginMarker, endMarker, render(results))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -58,7 +59,50 @@ func TestCollectAndRender(t *testing.T) {
 	if strings.Contains(got, "stale") {
 		t.Errorf("the old block was kept:\n%s", got)
 	}
-	if _, err := replaceBlock("no markers", "x"); err == nil {
+	if _, err := replaceBlock("no markers", beginMarker, endMarker, "x"); err == nil {
 		t.Error("a document without the block was accepted")
+	}
+}
+
+// The major upgrade benchmark's entries become the upgrade block's table, smallest database first.
+func TestCollectAndRenderUpgrades(t *testing.T) {
+	type replica struct {
+		Name        string `json:"name"`
+		Method      string `json:"method"`
+		BytesCopied int64  `json:"bytesCopied"`
+		BytesKept   int64  `json:"bytesKept"`
+	}
+	figures := func(mib int64, gap time.Duration) any {
+		return struct {
+			DatabaseMiB                                  int64
+			LongestGap, PgUpgrade, HABack, ArchivingBack time.Duration
+			Replicas                                     []replica
+		}{mib, gap, 2500 * time.Millisecond, 4 * time.Second, 9 * time.Second,
+			[]replica{{"db-0", "link", 46 << 20, mib << 20}}}
+	}
+	reports := []types.Report{{SpecReports: types.SpecReports{
+		{State: types.SpecStatePassed, ReportEntries: types.ReportEntries{
+			{Name: "10240 MiB" + upgradeSuffix, Value: types.WrapEntryValue(figures(10240, 14*time.Second))}}},
+		{State: types.SpecStatePassed, ReportEntries: types.ReportEntries{
+			{Name: "1024 MiB" + upgradeSuffix, Value: types.WrapEntryValue(figures(1024, 12*time.Second))}}},
+	}}}
+	path := filepath.Join(t.TempDir(), "deploy.json")
+	data, _ := json.Marshal(reports)
+	if err := os.WriteFile(path, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	if err := collect(&out, "0123456789abcdef", time.Date(2026, 12, 6, 0, 0, 0, 0, time.UTC), []string{path}); err != nil {
+		t.Fatal(err)
+	}
+	var results Results
+	if err := json.Unmarshal(out.Bytes(), &results); err != nil {
+		t.Fatal(err)
+	}
+	table := renderUpgrades(results)
+	small := "| 1024 MiB | 12.0 s | 2.5 s | 4.0 s | 9.0 s | db-0 by link: 46 / 1024 MiB | passed |"
+	large := "| 10240 MiB | 14.0 s |"
+	if !strings.Contains(table, small) || !strings.Contains(table, large) || strings.Index(table, small) > strings.Index(table, large) {
+		t.Fatalf("upgrade table:\n%s", table)
 	}
 }

@@ -16,6 +16,8 @@
 #                        stop what others need (the operator's pod, a node) are Serial and run
 #                        alone at the end. The OLM phase runs on one: its specs share the CRDs.
 #   E2E_PHASES           "deploy olm" (default), or one of them
+#   E2E_DEPLOY_LABELS    the deploy phase's label filter (default "!olm && !upgrade-bench": the
+#                        major upgrade benchmark, `make bench-major-upgrade`, loads gigabytes)
 #   E2E_BESIDE_OLM       a command run beside the OLM phase, whose specs mostly wait on OLM
 #                        (`make test` runs the unit and envtest suites there); its output is
 #                        printed when it ends, and its failure fails the run. Without an OLM
@@ -164,7 +166,7 @@ if [[ " $phases " == *" deploy "* ]]; then
   # OLM and pgpilot's catalog come up beside the specs (they touch nothing of pgpilot's until
   # the OLM phase subscribes), so that phase starts at once.
   if [[ " $phases " == *" olm "* ]]; then in_background olm "$LOCALCLUSTER" olm; fi
-  run_specs '!olm' "${E2E_PROCS:-3}" deploy
+  run_specs "${E2E_DEPLOY_LABELS:-!olm && !upgrade-bench}" "${E2E_PROCS:-3}" deploy
   "$LOCALCLUSTER" undeploy
 fi
 if [[ " $phases " == *" olm "* ]]; then
