@@ -4,6 +4,7 @@ import (
 	"context"
 	"slices"
 	"strconv"
+	"time"
 
 	"github.com/pgpilot/pgpilot-operator/api/agentapi"
 	"github.com/pgpilot/pgpilot-operator/internal/instance/postgres"
@@ -37,6 +38,9 @@ func (a *Agent) credentials() agentapi.Credentials {
 // token is the bearer token the operator must present.
 func (a *Agent) token() string { return a.credentials().AgentToken }
 
+// credentialsApplyTimeout bounds one application of the credential files to the local server.
+const credentialsApplyTimeout = 5 * time.Second
+
 // syncCredentials applies the credential files when they differ from what PostgreSQL was last
 // given. A file missing or empty changes nothing: a role never gets an empty password.
 func (a *Agent) syncCredentials(ctx context.Context) {
@@ -49,7 +53,14 @@ func (a *Agent) syncCredentials(ctx context.Context) {
 	if a.applied != nil && *a.applied == c && a.appliedConnInfo == conninfo {
 		return
 	}
-	if err := a.applyCredentials(ctx, c); err != nil {
+	// Bounded: this runs in the agent's main loop, whose every-second tick notices a frozen
+	// server (primaryTick). The connection has its own timeout, but the statements had none: a
+	// server frozen between the two held the loop for ever, and the freeze was never reported
+	// (a CI run: the first apply after the start had failed, the next met the freeze; 60 s
+	// without a report).
+	local, cancel := context.WithTimeout(ctx, credentialsApplyTimeout)
+	defer cancel()
+	if err := a.applyCredentials(local, c); err != nil {
 		a.Log.Error(err, "apply credentials; retrying")
 		return
 	}

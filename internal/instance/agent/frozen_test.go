@@ -90,3 +90,27 @@ func TestFrozenPrimaryIsReportedAndKilledByTheFence(t *testing.T) {
 	}
 	awaitRole(t, primary, agentapi.RoleReplica, 2)
 }
+
+// A freeze that meets new credential files to apply (the kubelet wrote a rotated Secret, or the
+// first apply after a start failed) is reported all the same: the agent's main loop, which
+// applies them, must not wait on the frozen server longer than a tick or two.
+func TestFrozenPrimaryIsReportedWhileNewCredentialsWait(t *testing.T) {
+	primary, _, _, _ := startPair(t)
+	processes := pgtest.ServerProcesses(t, primary.Instance, credentials.SuperuserPassword)
+	thaw := pgtest.Freeze(t, processes)
+	defer thaw()
+	frozenAt := time.Now()
+	rotated := credentials
+	rotated.AppPassword = "rotated while frozen"
+	pgtest.SetCredentials(t, primary.Config, rotated)
+	pgtest.Eventually(t, "the frozen primary reported unresponsive", func() error {
+		s, err := status(primary)
+		if err == nil && s.Unresponsive == "" {
+			err = fmt.Errorf("%+v", s)
+		}
+		return err
+	})
+	if took := time.Since(frozenAt); took > agentapi.UnresponsiveAfter+5*time.Second {
+		t.Errorf("reported unresponsive %s after the freeze, want within %s and a tick or two", took, agentapi.UnresponsiveAfter)
+	}
+}
