@@ -291,7 +291,8 @@ func renderUpgrades(r Results) string {
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "Recorded run: commit %s, %s (`make bench-major-upgrade` on 2 cores, one size at a time).\n\n", shortCommit(r.Commit), r.Date)
-	b.WriteString("| database | longest time without an acknowledged write | pg_upgrade | point of no return to a replica streaming on the new major | … to the first archived segment | replicas rebuilt: copied / kept | spec |\n")
+	b.WriteString("| database | longest time without an acknowledged write | pg_upgrade | point of no return to a replica " +
+		"streaming on the new major | … to the first archived segment | replicas rebuilt: copied / kept | spec |\n")
 	b.WriteString("|---|---|---|---|---|---|---|\n")
 	for _, u := range r.Upgrades {
 		replicas := make([]string, 0, len(u.Replicas))
