@@ -104,6 +104,10 @@ func (r *PostgresClusterReconciler) afterMajorUpgradeSwitchover(ctx context.Cont
 	r.event(s.cluster, pod, corev1.EventTypeNormal, "MajorUpgradePointOfNoReturn", "MajorUpgrade",
 		"%s runs PostgreSQL %s as the primary (pg_upgrade took %d ms); from here the upgrade only goes forward: the other instances are rebuilt on it",
 		up.Instance, report.ServerVersion, up.PgUpgradeMillis)
+	if resultOf(result, up) && !result.FollowKit {
+		r.event(s.cluster, pod, corev1.EventTypeNormal, "MajorUpgradeNoFollowKit", "MajorUpgrade",
+			"The other instances cannot join %s by links to their own files, and are rebuilt from its first backup: %s", up.Instance, truncate(result.FollowKitError, 512))
+	}
 	return checkingMajorUpgrade(up, "rebuilding the other instances on the new major"), nil
 }
 

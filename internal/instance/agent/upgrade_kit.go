@@ -69,6 +69,7 @@ func (a *Agent) makeFollowKit(ctx context.Context, upgrade *postgres.MajorUpgrad
 	defer a.upgradeRun.mu.Unlock()
 	a.upgradeRun.result.FollowKit = err == nil
 	if err != nil {
+		a.Log.Info("no follow kit: the others are rebuilt from the first backup", "reason", err.Error())
 		a.upgradeRun.result.FollowKitError = err.Error()
 		_ = os.RemoveAll(upgrade.FollowKitDir())
 	}
