@@ -43,15 +43,12 @@ func (a *Agent) replayedLSN(ctx context.Context) (string, error) {
 }
 
 // followKitCheck is what the upgrading instance learns, stopped after its promotion, about
-// making a kit: the shutdown checkpoint's location, or why no kit can be made.
-func (a *Agent) followKitCheck(ctx context.Context, upgrade *postgres.MajorUpgrade, fromLSN string) (string, error) {
+// making a kit: where its timeline began and its shutdown checkpoint, or why no kit can be made.
+func (a *Agent) followKitCheck(ctx context.Context, upgrade *postgres.MajorUpgrade) (fromLSN, untilLSN string, err error) {
 	if upgrade.Mode != postgres.UpgradeLink {
-		return "", errors.New("a copy upgrade links nothing the others could keep")
+		return "", "", errors.New("a copy upgrade links nothing the others could keep")
 	}
-	if fromLSN == "" {
-		return "", errors.New("the replay position before the promotion is unknown")
-	}
-	return upgrade.NoDataChangedSince(ctx, fromLSN)
+	return upgrade.NoDataChangedSincePromotion(ctx)
 }
 
 // makeFollowKit records the kit of the swapped, never started new cluster, or why there is none;

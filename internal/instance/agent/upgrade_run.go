@@ -98,12 +98,6 @@ func (a *Agent) upgradeToImageMajor(ctx context.Context, carried postgres.Carrie
 	if _, err := a.keeper().Renew(ctx); err != nil {
 		return fmt.Errorf("renew the primary lease: %w", err)
 	}
-	// Where the old primary's WAL ended here: a standby that replayed as far holds the same
-	// relations, and may join the upgraded cluster by its follow kit.
-	fromLSN, err := a.replayedLSN(ctx)
-	if err != nil {
-		a.Log.Error(err, "the replay position before the upgrade's promotion; no follow kit")
-	}
 	if err := a.Instance.Promote(ctx); err != nil {
 		return fmt.Errorf("promote on PostgreSQL %d: %w", carried.Major, err)
 	}
@@ -115,8 +109,8 @@ func (a *Agent) upgradeToImageMajor(ctx context.Context, carried postgres.Carrie
 	upgrade := a.majorUpgrade()
 	upgrade.Mode = postgres.UpgradeMode(req.Mode)
 	started := time.Now()
-	untilLSN, kitErr := a.followKitCheck(ctx, upgrade, fromLSN)
-	err = upgrade.Prepare(ctx)
+	fromLSN, untilLSN, kitErr := a.followKitCheck(ctx, upgrade)
+	err := upgrade.Prepare(ctx)
 	if err == nil {
 		err = upgrade.Run(ctx)
 	}

@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -32,6 +33,8 @@ type ControlData struct {
 	Timeline string
 	// RedoWALFile is the WAL segment recovery from the latest checkpoint starts in.
 	RedoWALFile string
+	// WALSegmentBytes is the WAL segment size the cluster was initialised with.
+	WALSegmentBytes uint64
 }
 
 // CleanlyShutDown reports whether the server stopped with a shutdown checkpoint: every WAL
@@ -60,6 +63,7 @@ func (i *Instance) ControlData(ctx context.Context) (ControlData, error) {
 		Timeline:      fields["Latest checkpoint's TimeLineID"],
 		RedoWALFile:   fields["Latest checkpoint's REDO WAL file"],
 	}
+	c.WALSegmentBytes, _ = strconv.ParseUint(fields["Bytes per WAL segment"], 10, 64)
 	if c.State == "" || c.CheckpointLSN == "" {
 		return c, fmt.Errorf("pg_controldata: unexpected output")
 	}
@@ -197,9 +201,21 @@ func (i *Instance) outputIn(ctx context.Context, dir string, env []string, binar
 	err := cmd.Run()
 	_, _ = i.logOutput().Write(buf.Bytes())
 	if err != nil {
-		return buf.Bytes(), fmt.Errorf("%s: %w: %s", binary, err, lastLine(buf.Bytes()))
+		return buf.Bytes(), fmt.Errorf("%s: %w: %s", binary, err, errorLine(buf.Bytes()))
 	}
 	return buf.Bytes(), nil
+}
+
+// errorLine is the last line of a failed tool's output that says what went wrong: the last
+// "error:" or "FATAL:" one, not the hint that follows it.
+func errorLine(out []byte) string {
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	for i := len(lines) - 1; i >= 0; i-- {
+		if strings.Contains(lines[i], "error:") || strings.Contains(lines[i], "FATAL:") {
+			return strings.TrimSpace(lines[i])
+		}
+	}
+	return lines[len(lines)-1]
 }
 
 func lastLine(out []byte) string {

@@ -3,6 +3,8 @@ package postgres
 import (
 	"strings"
 	"testing"
+
+	"github.com/pgpilot/pgpilot-operator/internal/ha"
 )
 
 func TestSpaceProblem(t *testing.T) {
@@ -70,6 +72,61 @@ func TestFollowKitAdmitsAStandbyThatReplayedTheSameWAL(t *testing.T) {
 	} {
 		if err := kit.admits(lsn); (err == nil) != want {
 			t.Errorf("admits(%s) = %v, want admitted %v", lsn, err, want)
+		}
+	}
+}
+
+func TestWALSegmentOfNamesTheSegmentHoldingTheLSN(t *testing.T) {
+	for _, c := range []struct {
+		timeline string
+		size     uint64
+		lsn      string
+		want     string
+	}{
+		{"2", 16 << 20, "0/1C000180", "00000002000000000000001C"},
+		{"2", 16 << 20, "0/1D000000", "00000002000000000000001D"},
+		{"11", 16 << 20, "3/FF000028", "0000000B00000003000000FF"},
+		{"1", 1 << 30, "5/C0000000", "000000010000000500000003"},
+		{"1", 1 << 20, "0/2A00010", "00000001000000000000002A"},
+	} {
+		lsn, _ := ha.ParseLSN(c.lsn)
+		got, err := walSegmentOf(ControlData{Timeline: c.timeline, WALSegmentBytes: c.size}, lsn)
+		if err != nil || got != c.want {
+			t.Errorf("walSegmentOf(timeline %s, %d-byte segments, %s) = %q, %v; want %q", c.timeline, c.size, c.lsn, got, err, c.want)
+		}
+	}
+	for _, bad := range []ControlData{{Timeline: "2"}, {Timeline: "2", WALSegmentBytes: 3 << 20}, {Timeline: "x", WALSegmentBytes: 16 << 20}} {
+		if got, err := walSegmentOf(bad, 0); err == nil {
+			t.Errorf("walSegmentOf(%+v) = %q, want an error", bad, got)
+		}
+	}
+}
+
+func TestLastSwitchPointIsWhereTheNewestTimelineBegan(t *testing.T) {
+	for history, want := range map[string]string{
+		"1\t0/3000158\tno recovery target specified\n":                                                "0/3000158",
+		"1\t0/3000158\tno recovery target specified\n\n2\t0/1D0000A0\tno recovery target specified\n": "0/1D0000A0",
+		"# a comment\n1\t0/3000158\tbefore transaction 1234\n":                                        "0/3000158",
+	} {
+		if got, err := lastSwitchPoint([]byte(history)); err != nil || got != want {
+			t.Errorf("lastSwitchPoint(%q) = %q, %v; want %q", history, got, err, want)
+		}
+	}
+	for _, bad := range []string{"", "# only a comment\n", "1\tnot-an-lsn\treason\n"} {
+		if got, err := lastSwitchPoint([]byte(bad)); err == nil {
+			t.Errorf("lastSwitchPoint(%q) = %q, want an error", bad, got)
+		}
+	}
+}
+
+func TestErrorLineSaysWhatWentWrongNotTheHint(t *testing.T) {
+	for out, want := range map[string]string{
+		"pg_waldump: error: could not open file \"00000003000000000000001C\"\npg_waldump: hint: Try \"pg_waldump --help\" for more information.\n": `pg_waldump: error: could not open file "00000003000000000000001C"`,
+		"psql: error: connection failed\nFATAL:  password authentication failed\n":                                                                 "FATAL:  password authentication failed",
+		"one\nlast\n": "last",
+	} {
+		if got := errorLine([]byte(out)); got != want {
+			t.Errorf("errorLine(%q) = %q, want %q", out, got, want)
 		}
 	}
 }

@@ -30,8 +30,9 @@ import (
 // kit's files; it then starts as a standby of the new primary at its first checkpoint.
 //
 // It holds only when the promoted instance changed no data between the old primary's last
-// record (FromLSN) and its own shutdown checkpoint (UntilLSN), which pg_waldump verifies, and
-// when the standby replayed at least up to FromLSN and nothing past UntilLSN's record.
+// record (FromLSN, where its timeline began) and its own shutdown checkpoint (UntilLSN), which
+// pg_waldump verifies, and when the standby replayed at least up to FromLSN and nothing past
+// UntilLSN's record.
 
 // FollowKitManifest describes a follow kit.
 type FollowKitManifest struct {
@@ -73,30 +74,81 @@ var metadataRecords = map[string]bool{
 	"XLOG/OVERWRITE_CONTRECORD": true, "Standby/RUNNING_XACTS": true,
 }
 
-// NoDataChangedSince verifies, on the old cluster stopped cleanly after its promotion, that no
-// WAL record since fromLSN changed a relation, and returns its shutdown checkpoint's location.
-func (u *MajorUpgrade) NoDataChangedSince(ctx context.Context, fromLSN string) (string, error) {
+// NoDataChangedSincePromotion verifies, on the old cluster stopped cleanly after its promotion,
+// that no WAL record of its new timeline changed a relation. It returns where the timeline
+// began, the end of the old primary's WAL as replayed here, and its shutdown checkpoint.
+func (u *MajorUpgrade) NoDataChangedSincePromotion(ctx context.Context) (fromLSN, untilLSN string, err error) {
 	control, err := u.Old.ControlData(ctx)
 	if err != nil {
-		return "", err
+		return "", "", err
 	}
 	if control.State != "shut down" {
-		return "", fmt.Errorf("the old cluster is %q, not shut down as a primary", control.State)
+		return "", "", fmt.Errorf("the old cluster is %q, not shut down as a primary", control.State)
+	}
+	fromLSN, err = timelineStart(filepath.Join(u.Old.DataDir, "pg_wal"), control.Timeline)
+	if err != nil {
+		return "", "", err
 	}
 	from, ok1 := ha.ParseLSN(fromLSN)
 	until, ok2 := ha.ParseLSN(control.CheckpointLSN)
 	if !ok1 || !ok2 || until < from {
-		return "", fmt.Errorf("WAL from %q to the shutdown checkpoint at %q: not a range", fromLSN, control.CheckpointLSN)
+		return "", "", fmt.Errorf("WAL from %q to the shutdown checkpoint at %q: not a range", fromLSN, control.CheckpointLSN)
 	}
+	startSegment, err := walSegmentOf(control, from)
+	if err != nil {
+		return "", "", err
+	}
+	// The first segment named: without it pg_waldump learns the segment size from any file in
+	// pg_wal, and a preallocated one, still zeros, fails it. The timeline's own segments hold
+	// its whole range: the one it began in was copied from the previous timeline.
 	out, err := u.Old.output(ctx, "pg_waldump", "--stats=record", "--path="+filepath.Join(u.Old.DataDir, "pg_wal"),
-		"--timeline="+control.Timeline, "--start="+fromLSN, "--end="+control.CheckpointLSN)
+		"--timeline="+control.Timeline, "--start="+fromLSN, "--end="+control.CheckpointLSN, startSegment)
+	if err != nil {
+		return "", "", err
+	}
+	if changes := dataRecords(out); len(changes) > 0 {
+		return "", "", fmt.Errorf("WAL records that may change relations after %s: %s", fromLSN, strings.Join(changes, ", "))
+	}
+	return fromLSN, control.CheckpointLSN, nil
+}
+
+// timelineStart is where timeline began: the switch point its history file lists last.
+func timelineStart(walDir, timeline string) (string, error) {
+	id, err := strconv.ParseUint(timeline, 10, 32)
+	if err != nil || id < 2 {
+		return "", fmt.Errorf("timeline %q: not one a promotion began", timeline)
+	}
+	history, err := os.ReadFile(filepath.Join(walDir, fmt.Sprintf("%08X.history", id)))
 	if err != nil {
 		return "", err
 	}
-	if changes := dataRecords(out); len(changes) > 0 {
-		return "", fmt.Errorf("WAL records that may change relations after %s: %s", fromLSN, strings.Join(changes, ", "))
+	return lastSwitchPoint(history)
+}
+
+// lastSwitchPoint is the switch point of a timeline history file's last entry
+// ("parent-timeline<TAB>switch-point<TAB>reason"; # starts a comment).
+func lastSwitchPoint(history []byte) (string, error) {
+	point := ""
+	for _, line := range strings.Split(string(history), "\n") {
+		if fields := strings.Fields(line); len(fields) >= 2 && !strings.HasPrefix(fields[0], "#") {
+			point = fields[1]
+		}
 	}
-	return control.CheckpointLSN, nil
+	if _, ok := ha.ParseLSN(point); !ok {
+		return "", fmt.Errorf("timeline history: no switch point in %q", history)
+	}
+	return point, nil
+}
+
+// walSegmentOf names the WAL segment of the checkpoint's timeline that holds lsn.
+func walSegmentOf(control ControlData, lsn uint64) (string, error) {
+	timeline, err := strconv.ParseUint(control.Timeline, 10, 32)
+	size := control.WALSegmentBytes
+	if err != nil || size == 0 || size&(size-1) != 0 {
+		return "", fmt.Errorf("pg_controldata: timeline %q, WAL segments of %d bytes", control.Timeline, size)
+	}
+	segment, perID := lsn/size, uint64(1<<32)/size
+	return fmt.Sprintf("%08X%08X%08X", timeline, segment/perID, segment%perID), nil
 }
 
 // dataRecords are the record types of pg_waldump --stats=record output outside metadataRecords.

@@ -39,9 +39,12 @@ func TestMajorUpgradeFollowKitJoinsAStandbyWithoutCopyingItsRelations(t *testing
 	fromLSN := replayLSN(t, standby)
 	pgtest.WaitReplayedTo(t, follower, fromLSN, superuserPassword)
 	upgrade := promoteStopAndUpgrade(t, standby)
-	until, err := upgrade.NoDataChangedSince(ctx, fromLSN)
+	from, until, err := upgrade.NoDataChangedSincePromotion(ctx)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if from != fromLSN {
+		t.Fatalf("the promoted timeline began at %s, want where the standby's replay ended, %s", from, fromLSN)
 	}
 	if err := upgrade.Prepare(ctx); err != nil {
 		t.Fatal(err)
@@ -114,7 +117,7 @@ func TestMajorUpgradeFollowKitIsRefusedWhenThePromotedInstanceChangedData(t *tes
 	if err := primary.Stop(time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	fromLSN := replayLSN(t, standby)
+	replayLSN(t, standby) // it accepts connections: a promotion can be asked
 	if err := standby.Promote(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -124,8 +127,8 @@ func TestMajorUpgradeFollowKitIsRefusedWhenThePromotedInstanceChangedData(t *tes
 		t.Fatal(err)
 	}
 	upgrade := &postgres.MajorUpgrade{Old: standby, NewBinDir: pgtest.BinDir(t), Mode: postgres.UpgradeLink}
-	if _, err := upgrade.NoDataChangedSince(ctx, fromLSN); err == nil || !strings.Contains(err.Error(), "Heap") {
-		t.Fatalf("NoDataChangedSince() = %v, want the Heap records named", err)
+	if _, _, err := upgrade.NoDataChangedSincePromotion(ctx); err == nil || !strings.Contains(err.Error(), "Heap") {
+		t.Fatalf("NoDataChangedSincePromotion() = %v, want the Heap records named", err)
 	}
 }
 
