@@ -177,6 +177,11 @@ func ParseLSN(lsn string) (uint64, bool) {
 	return h<<32 | l, err1 == nil && err2 == nil
 }
 
+// FormatLSN writes a WAL position as PostgreSQL does, ParseLSN's inverse.
+func FormatLSN(lsn uint64) string {
+	return fmt.Sprintf("%X/%X", lsn>>32, uint32(lsn))
+}
+
 // CompareNames orders instance pods by ordinal (db-2 before db-10).
 func CompareNames(a, b string) int {
 	if len(a) != len(b) {

@@ -173,4 +173,9 @@ func TestParseLSN(t *testing.T) {
 			t.Errorf("ParseLSN(%q) accepted", bad)
 		}
 	}
+	for _, lsn := range []string{"0/3000060", "1/0", "A/FF", "FFFFFFFF/FFFFFFFF"} {
+		if parsed, _ := ParseLSN(lsn); FormatLSN(parsed) != lsn {
+			t.Errorf("FormatLSN(ParseLSN(%q)) = %q", lsn, FormatLSN(parsed))
+		}
+	}
 }

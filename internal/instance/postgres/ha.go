@@ -35,6 +35,8 @@ type ControlData struct {
 	RedoWALFile string
 	// WALSegmentBytes is the WAL segment size the cluster was initialised with.
 	WALSegmentBytes uint64
+	// WALBlockBytes is the size of a WAL page; each begins with a header.
+	WALBlockBytes uint64
 }
 
 // CleanlyShutDown reports whether the server stopped with a shutdown checkpoint: every WAL
@@ -64,6 +66,7 @@ func (i *Instance) ControlData(ctx context.Context) (ControlData, error) {
 		RedoWALFile:   fields["Latest checkpoint's REDO WAL file"],
 	}
 	c.WALSegmentBytes, _ = strconv.ParseUint(fields["Bytes per WAL segment"], 10, 64)
+	c.WALBlockBytes, _ = strconv.ParseUint(fields["WAL block size"], 10, 64)
 	if c.State == "" || c.CheckpointLSN == "" {
 		return c, fmt.Errorf("pg_controldata: unexpected output")
 	}

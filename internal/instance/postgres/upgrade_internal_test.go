@@ -76,6 +76,21 @@ func TestFollowKitAdmitsAStandbyThatReplayedTheSameWAL(t *testing.T) {
 	}
 }
 
+func TestReadEndStopsBeforeThePageOfACheckpointFirstOnIt(t *testing.T) {
+	control := ControlData{WALBlockBytes: 8192}
+	for lsn, want := range map[string]string{
+		"0/8000028": "0/8000000", // first in its segment, after the long page header
+		"0/8002018": "0/8002000", // first on a page, after the short header
+		"0/80020A0": "0/80020A0",
+		"0/8001FF8": "0/8001FF8",
+	} {
+		parsed, _ := ha.ParseLSN(lsn)
+		if got := ha.FormatLSN(readEnd(control, parsed)); got != want {
+			t.Errorf("readEnd(%s) = %s, want %s", lsn, got, want)
+		}
+	}
+}
+
 func TestWALSegmentOfNamesTheSegmentHoldingTheLSN(t *testing.T) {
 	for _, c := range []struct {
 		timeline string

@@ -98,11 +98,17 @@ func (u *MajorUpgrade) NoDataChangedSincePromotion(ctx context.Context) (fromLSN
 	if err != nil {
 		return "", "", err
 	}
-	// The first segment named: without it pg_waldump learns the segment size from any file in
-	// pg_wal, and a preallocated one, still zeros, fails it. The timeline's own segments hold
-	// its whole range: the one it began in was copied from the previous timeline.
+	endSegment, err := walSegmentOf(control, until)
+	if err != nil {
+		return "", "", err
+	}
+	// The first and last segments named: without them pg_waldump learns the segment size from
+	// any file in pg_wal, and a preallocated one, still zeros, fails it; with the first alone it
+	// reads that one file, and a shutdown that switched WAL for the archive ends in the next.
+	// The timeline's own segments hold its whole range: the one it began in was copied from the
+	// previous timeline.
 	out, err := u.Old.output(ctx, "pg_waldump", "--stats=record", "--path="+filepath.Join(u.Old.DataDir, "pg_wal"),
-		"--timeline="+control.Timeline, "--start="+fromLSN, "--end="+control.CheckpointLSN, startSegment)
+		"--timeline="+control.Timeline, "--start="+fromLSN, "--end="+ha.FormatLSN(readEnd(control, until)), startSegment, endSegment)
 	if err != nil {
 		return "", "", err
 	}
@@ -138,6 +144,18 @@ func lastSwitchPoint(history []byte) (string, error) {
 		return "", fmt.Errorf("timeline history: no switch point in %q", history)
 	}
 	return point, nil
+}
+
+// readEnd is where pg_waldump stops reading before the shutdown checkpoint at lsn. A checkpoint
+// first on its WAL page (after a WAL switch, as an archiving primary's shutdown does) ends the
+// range at the page's start: pg_waldump reads that page only up to its end location, then parses
+// the record after the page header from bytes it never read ("incorrect prev-link").
+func readEnd(control ControlData, lsn uint64) uint64 {
+	const longPageHeaderBytes = 40 // no record starts inside a page header
+	if block := control.WALBlockBytes; block > 0 && lsn%block <= longPageHeaderBytes {
+		return lsn - lsn%block
+	}
+	return lsn
 }
 
 // walSegmentOf names the WAL segment of the checkpoint's timeline that holds lsn.

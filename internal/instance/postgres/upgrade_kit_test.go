@@ -139,6 +139,10 @@ func promoteStopAndUpgrade(t *testing.T, standby *postgres.Instance) *postgres.M
 	if err := standby.Promote(context.Background()); err != nil {
 		t.Fatal(err)
 	}
+	// As an archiving primary's shutdown does: the shutdown checkpoint lands in the next segment.
+	conn := pgtest.Connect(t, standby, agentapi.Superuser, superuserPassword, "postgres")
+	exec(t, conn, "SELECT pg_switch_wal()")
+	_ = conn.Close(context.Background())
 	if err := standby.Stop(time.Minute); err != nil {
 		t.Fatal(err)
 	}
