@@ -30,9 +30,10 @@ const upgradeRows = 600000
 
 // rtoMajorUpgrade is the correctness budget of a major upgrade's time without an acknowledged
 // write: the switchover, pg_upgrade, and, with synchronous replication required, the first
-// replica rebuilt on the new major (no commit is acknowledged before a standby confirms it): by
-// the follow kit in seconds, by a delta restore after the first backup when the kit is refused.
-const rtoMajorUpgrade = 3 * time.Minute
+// replica rebuilt on the new major by the follow kit (no commit is acknowledged before a standby
+// confirms it). Three times the benchmark's target of 20 s, for the specs running beside it; a
+// delta restore after the first backup, as when the kit was refused, took 33 s here alone.
+const rtoMajorUpgrade = time.Minute
 
 // A 3-instance synchronous PostgreSQL 15 cluster with a few hundred MiB of data, raised to 17:
 // the check holds it on 15 while it finds a problem; pg_upgrade killed before the point of no
@@ -145,27 +146,22 @@ var _ = Describe("A major upgrade from PostgreSQL 15 to 17", Ordered, SpecPriori
 		Expect(current.Status.PostgresVersion).To(HavePrefix("17."))
 		Expect(up.PointOfNoReturnAt).NotTo(BeNil())
 		Expect(up.Replicas).To(HaveLen(2))
-		for _, replica := range up.Replicas {
-			// Joined by the upgraded primary's follow kit (their own relation files linked, the
-			// new catalogs and one WAL segment copied: a few MiB a database, whatever the data's
-			// size), or, when the kit was refused (the Event says why), by a delta restore that
-			// keeps what is byte for byte the new primary's.
-			Expect(replica.Method).To(BeElementOf(agentapi.RebuildLinked, agentapi.RebuildDelta), "%+v", replica)
-			if replica.Method == agentapi.RebuildLinked {
-				Expect(replica.BytesKept).To(BeNumerically(">=", databaseBytes/2), "%+v of %d bytes", replica, databaseBytes)
-				Expect(replica.BytesCopied).To(BeNumerically("<=", 64<<20), "%+v of %d bytes", replica, databaseBytes)
-			} else {
-				Expect(replica.BytesKept).To(BeNumerically(">=", databaseBytes/4), "%+v of %d bytes", replica, databaseBytes)
-			}
-			AddReportEntry(fmt.Sprintf("major upgrade: %s rebuilt by %s", replica.Name, replica.Method),
-				fmt.Sprintf("%d MiB copied, %d MiB kept, of a %d MiB database", replica.BytesCopied>>20, replica.BytesKept>>20, databaseBytes>>20))
-		}
 		events := &corev1.EventList{}
 		Expect(k8s.List(ctx, events, client.InNamespace(cluster.Namespace))).To(Succeed())
+		var noKit []string
 		for _, event := range events.Items {
 			if event.Reason == "MajorUpgradeNoFollowKit" {
-				AddReportEntry("major upgrade: no follow kit", event.Message)
+				noKit = append(noKit, event.Message)
 			}
+		}
+		for _, replica := range up.Replicas {
+			// Joined by the upgraded primary's follow kit: their own relation files linked, the
+			// new catalogs and a WAL segment copied, whatever the data's size.
+			Expect(replica.Method).To(Equal(agentapi.RebuildLinked), "%+v; no follow kit: %q", replica, noKit)
+			Expect(replica.BytesKept).To(BeNumerically(">=", databaseBytes/2), "%+v of %d bytes", replica, databaseBytes)
+			Expect(replica.BytesCopied).To(BeNumerically("<=", 64<<20), "%+v of %d bytes", replica, databaseBytes)
+			AddReportEntry(fmt.Sprintf("major upgrade: %s rebuilt by %s", replica.Name, replica.Method),
+				fmt.Sprintf("%d MiB copied, %d MiB kept, of a %d MiB database", replica.BytesCopied>>20, replica.BytesKept>>20, databaseBytes>>20))
 		}
 		Eventually(func(g Gomega) {
 			current := getCluster(ctx, cluster)
