@@ -2,8 +2,11 @@ package postgres
 
 import (
 	"crypto/rand"
+	"crypto/subtle"
 	"encoding/base64"
 	"fmt"
+	"strconv"
+	"strings"
 
 	"github.com/xdg-go/scram"
 )
@@ -21,16 +24,39 @@ func ScramVerifier(password string) (string, error) {
 	if _, err := rand.Read(salt); err != nil {
 		return "", fmt.Errorf("scram salt: %w", err)
 	}
+	return scramVerifierWith(password, salt, scramIterations)
+}
+
+func scramVerifierWith(password string, salt []byte, iterations int) (string, error) {
 	client, err := scram.SHA256.NewClient("", password, "")
 	if err != nil {
 		if client, err = scram.SHA256.NewClientUnprepped("", password, ""); err != nil {
 			return "", fmt.Errorf("scram client: %w", err)
 		}
 	}
-	creds, err := client.GetStoredCredentialsWithError(scram.KeyFactors{Salt: string(salt), Iters: scramIterations})
+	creds, err := client.GetStoredCredentialsWithError(scram.KeyFactors{Salt: string(salt), Iters: iterations})
 	if err != nil {
 		return "", fmt.Errorf("scram verifier: %w", err)
 	}
 	b64 := base64.StdEncoding.EncodeToString
-	return fmt.Sprintf("SCRAM-SHA-256$%d:%s$%s:%s", scramIterations, b64(salt), b64(creds.StoredKey), b64(creds.ServerKey)), nil
+	return fmt.Sprintf("SCRAM-SHA-256$%d:%s$%s:%s", iterations, b64(salt), b64(creds.StoredKey), b64(creds.ServerKey)), nil
+}
+
+// ScramMatches says whether verifier, as pg_authid.rolpassword holds it, is password's: the
+// password's keys made again with the verifier's own salt and iterations. Anything else (no
+// password, an MD5 hash, a malformed verifier) does not match.
+func ScramMatches(verifier, password string) bool {
+	rest, ok := strings.CutPrefix(verifier, "SCRAM-SHA-256$")
+	if !ok {
+		return false
+	}
+	factors, _, ok := strings.Cut(rest, "$")
+	iterText, saltText, ok2 := strings.Cut(factors, ":")
+	iterations, err := strconv.Atoi(iterText)
+	salt, err2 := base64.StdEncoding.DecodeString(saltText)
+	if !ok || !ok2 || err != nil || err2 != nil || iterations <= 0 {
+		return false
+	}
+	again, err := scramVerifierWith(password, salt, iterations)
+	return err == nil && subtle.ConstantTimeCompare([]byte(again), []byte(verifier)) == 1
 }

@@ -1,0 +1,85 @@
+package agentapi
+
+// Managed roles: the operator sends the primary's agent the roles the spec declares
+// (PathRoles), the agent brings the server in line one role at a time and reports each one.
+// It keeps the last set it was given and looks for drift on its own (RolesDriftInterval);
+// Status.Roles says which set it holds and when its report last changed, so that the operator
+// sends a set only when the spec or a Secret changed, and reads the report only when it moved.
+
+import "time"
+
+// PathRoles takes a RolesRequest (PUT) and answers the RolesReport of applying it; GET answers
+// the latest report. Only a primary answers: 409 (ErrWrongRole) on a standby.
+const PathRoles = "/v1/roles"
+
+// RolesDriftInterval is how often the primary's agent compares the roles it was given with the
+// server's catalogs, and repairs and reports what someone changed by hand.
+const RolesDriftInterval = time.Minute
+
+// ManagedRole is one role as the spec declares it, with its password when its Secret has one.
+type ManagedRole struct {
+	Name string `json:"name"`
+	// Absent: the role is dropped when it exists (spec ensure: absent).
+	Absent          bool   `json:"absent,omitempty"`
+	Login           bool   `json:"login,omitempty"`
+	Inherit         bool   `json:"inherit,omitempty"`
+	CreateDB        bool   `json:"createdb,omitempty"`
+	CreateRole      bool   `json:"createrole,omitempty"`
+	ConnectionLimit int32  `json:"connectionLimit"`
+	Comment         string `json:"comment,omitempty"`
+	// ValidUntil is when the password stops being accepted; nil: never.
+	ValidUntil *time.Time `json:"validUntil,omitempty"`
+	// InRoles are the roles it is a member of, and nothing else.
+	InRoles []string `json:"inRoles,omitempty"`
+	// Password is the one the role's Secret holds; nil keeps whatever password the role has (no
+	// Secret named, or the Secret missing: a password is never removed for want of one).
+	Password *string `json:"password,omitempty"`
+	// DisablePassword removes the role's password: the spec asks for it.
+	DisablePassword bool `json:"disablePassword,omitempty"`
+}
+
+// RolesRequest is the whole set of roles the spec manages. Fingerprint identifies it (the spec's
+// roles and their Secrets' versions, never the passwords); the agent reports it back.
+type RolesRequest struct {
+	Fingerprint string        `json:"fingerprint"`
+	Roles       []ManagedRole `json:"roles"`
+	// Forbidden are names no managed role may be, nor be a member of, besides ReservedRole's: the
+	// application's owner (its password is the bootstrap Secret's).
+	Forbidden []string `json:"forbidden,omitempty"`
+}
+
+// What became of a managed role in the last pass.
+const (
+	// RoleApplied: the server has the role as declared; Changed lists what this pass changed.
+	RoleApplied = "Applied"
+	// RoleDrift: the role was as declared, someone changed it by hand, and the pass put it back
+	// (Changed says what).
+	RoleDrift = "Drift"
+	// RoleError: the server refused a statement, or the role may not be made (Message says why);
+	// the other roles are applied all the same.
+	RoleError = "Error"
+)
+
+// RoleResult is one role's outcome.
+type RoleResult struct {
+	Name    string   `json:"name"`
+	State   string   `json:"state"`
+	Changed []string `json:"changed,omitempty"`
+	Message string   `json:"message,omitempty"`
+}
+
+// RolesReport is the outcome of the latest pass over a RolesRequest.
+type RolesReport struct {
+	Fingerprint string `json:"fingerprint"`
+	// Generation counts the passes whose outcome differed from the one before.
+	Generation int64        `json:"generation"`
+	Statements int          `json:"statements"`
+	Roles      []RoleResult `json:"roles"`
+}
+
+// RolesState is what Status says of the managed roles: which set the agent holds and which
+// report is its latest.
+type RolesState struct {
+	Fingerprint string `json:"fingerprint"`
+	Generation  int64  `json:"generation"`
+}
