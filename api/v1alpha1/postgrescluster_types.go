@@ -7,6 +7,7 @@ import (
 )
 
 // PostgresClusterSpec is the desired state of a highly available PostgreSQL cluster.
+// +kubebuilder:validation:XValidation:rule="!has(self.roles) || !has(self.bootstrap.initdb.owner) || self.roles.all(r, r.name != self.bootstrap.initdb.owner && (!has(r.inRoles) || !(self.bootstrap.initdb.owner in r.inRoles)))",message="spec.roles cannot name the application owner (bootstrap.initdb.owner), nor make a role its member: its password is the bootstrap Secret's"
 // +kubebuilder:validation:XValidation:rule="self.bootstrap == oldSelf.bootstrap",message="spec.bootstrap is immutable: the cluster has already been initialised from it"
 // +kubebuilder:validation:XValidation:rule="!has(self.postgresql) || !has(self.postgresql.synchronous) || !has(self.postgresql.synchronous.number) || self.postgresql.synchronous.number < (has(self.instances) ? self.instances : 3)",message="postgresql.synchronous.number must be smaller than instances: only the standbys can confirm commits"
 type PostgresClusterSpec struct {
@@ -125,6 +126,16 @@ type PostgresClusterSpec struct {
 	// +optional
 	// +operator-sdk:csv:customresourcedefinitions:type=spec,displayName="Superuser Network Access",xDescriptors={"urn:alm:descriptor:com.tectonic.ui:booleanSwitch","urn:alm:descriptor:com.tectonic.ui:advanced"},order=12
 	EnableSuperuserAccess *bool `json:"enableSuperuserAccess,omitempty"`
+
+	// PostgreSQL roles pgpilot keeps as declared on the primary: created, changed, dropped when
+	// their ensure is absent, and put back when changed by hand (status.roles says how each one
+	// stands). pgpilot never removes a password unless disablePassword says so.
+	// +kubebuilder:validation:MaxItems=500
+	// +listType=map
+	// +listMapKey=name
+	// +optional
+	// +operator-sdk:csv:customresourcedefinitions:type=spec,displayName="Roles",order=14
+	Roles []ManagedRoleSpec `json:"roles,omitempty"`
 }
 
 // MajorUpgradeMode is how pg_upgrade carries the relation files to the new major.
@@ -533,6 +544,18 @@ type PostgresClusterStatus struct {
 	// +optional
 	// +operator-sdk:csv:customresourcedefinitions:type=status,displayName="Major Upgrade",order=19
 	MajorUpgrade *MajorUpgradeStatus `json:"majorUpgrade,omitempty"`
+
+	// How each of spec.roles stands on the primary.
+	// +listType=map
+	// +listMapKey=name
+	// +optional
+	// +operator-sdk:csv:customresourcedefinitions:type=status,displayName="Roles",order=20
+	Roles []ManagedRoleStatus `json:"roles,omitempty"`
+
+	// The managed roles the primary's agent last reported on (their declaration and their
+	// Secrets' versions, never a password), and the report's generation.
+	// +optional
+	RolesReported string `json:"rolesReported,omitempty"`
 }
 
 // InstanceStatus is one instance as its agent reported it.

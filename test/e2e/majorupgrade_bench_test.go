@@ -39,6 +39,10 @@ func upgradeBenchSizes() []int {
 	return sizes
 }
 
+// upgradePreparationBudget is how long the move to the new image may take before the upgrade
+// proper: the fault is the spec's change, and every pod rolls, the primary by a switchover.
+const upgradePreparationBudget = 5 * time.Minute
+
 // upgradeBenchRowsPerMiB: rows of the upgrade's index-heavy table (two md5s of text, three
 // indexes) in a MiB of database, measured on PostgreSQL 15.
 const upgradeBenchRowsPerMiB = 3000
@@ -94,7 +98,7 @@ func benchMajorUpgrade(ctx context.Context, mib int64) {
 
 	checker := startWriteChecker(ctx, cluster)
 	time.Sleep(2 * time.Second)
-	checker.fault(rtoMajorUpgrade)
+	checker.fault(upgradePreparationBudget + rtoMajorUpgrade)
 	archived := firstArchivedOnMajor(ctx, cluster, 17)
 	Expect(retryUpdate(ctx, cluster, func() { cluster.Spec.PostgresVersion = 17 })).To(Succeed())
 	Eventually(func(g Gomega) {

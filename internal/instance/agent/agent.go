@@ -128,6 +128,8 @@ type Agent struct {
 	postgresLog *postgresLog
 	// responsive is whether PostgreSQL answers the agent's local queries (responsive.go).
 	responsive responsiveness
+	// managed are the declared roles the primary keeps (managed_roles.go).
+	managed managedRoles
 	// stopRenewing: a fence is under way; the Lease is left to lapse.
 	stopRenewing atomic.Bool
 	// renewing: a renewal of the Lease runs (leaseguard.go).
@@ -245,6 +247,7 @@ func (a *Agent) supervise(ctx context.Context) error {
 			}
 			lastConfigCheck = now
 			a.syncCredentials(ctx)
+			a.checkRoleDrift(ctx, now)
 			a.reloadRenewedCertificates()
 			if hash := a.configHash(); hash != lastConfig {
 				a.Log.Info("configuration changed, reloading")
@@ -414,6 +417,7 @@ func (a *Agent) serverStatus(ctx context.Context) (*agentapi.Status, error) {
 		status.Metrics = queries.status()
 	}
 	status.LogNotices = a.logNotices()
+	status.Roles = a.rolesState()
 	if d := a.detachment(); d != nil && status.Role == agentapi.RoleReplica {
 		d.report(status, time.Now())
 	}

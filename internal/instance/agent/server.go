@@ -107,6 +107,9 @@ func NewHandler(checks Checks, token func() string) http.Handler {
 	if upgrades, ok := checks.(MajorUpgrades); ok {
 		handleMajorUpgrades(mux, upgrades, token)
 	}
+	if roles, ok := checks.(ManagedRoles); ok {
+		handleManagedRoles(mux, roles, token)
+	}
 	return mux
 }
 
@@ -125,7 +128,11 @@ func requireToken(token func() string, next http.Handler) http.Handler {
 
 // decodeRequest reads a JSON body of at most 64 KiB into into, answering 400 when it cannot.
 func decodeRequest(w http.ResponseWriter, r *http.Request, into any) bool {
-	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 64<<10)).Decode(into); err != nil {
+	return decodeRequestUpTo(w, r, 64<<10, into)
+}
+
+func decodeRequestUpTo(w http.ResponseWriter, r *http.Request, limit int64, into any) bool {
+	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, limit)).Decode(into); err != nil {
 		http.Error(w, "bad request: "+err.Error(), http.StatusBadRequest)
 		return false
 	}
