@@ -6,10 +6,14 @@ package agentapi
 // Status.Roles says which set it holds and when its report last changed, so that the operator
 // sends a set only when the spec or a Secret changed, and reads the report only when it moved.
 
-import "time"
+import (
+	"fmt"
+	"time"
+)
 
-// PathRoles takes a RolesRequest (PUT) and answers the RolesReport of applying it; GET answers
-// the latest report. Only a primary answers: 409 (ErrWrongRole) on a standby.
+// PathRoles takes a RolesRequest (PUT), answered 202 at once: the agent applies it in the
+// background, and Status.Roles says when its report moved. GET answers the latest report. Only a
+// primary takes a request: 409 (ErrWrongRole) on a standby.
 const PathRoles = "/v1/roles"
 
 // RolesDriftInterval is how often the primary's agent compares the roles it was given with the
@@ -77,9 +81,17 @@ type RolesReport struct {
 	Roles      []RoleResult `json:"roles"`
 }
 
-// RolesState is what Status says of the managed roles: which set the agent holds and which
-// report is its latest.
+// RolesState is what Status says of the managed roles: which set the agent holds, and which
+// report is its latest (ReportID; empty before the first).
 type RolesState struct {
 	Fingerprint string `json:"fingerprint"`
-	Generation  int64  `json:"generation"`
+	Report      string `json:"report,omitempty"`
+}
+
+// ID names the report in Status (RolesState.Report).
+func (r *RolesReport) ID() string {
+	if r == nil {
+		return ""
+	}
+	return fmt.Sprintf("%s/%d", r.Fingerprint, r.Generation)
 }

@@ -80,12 +80,13 @@ type laneEnd struct {
 
 func (e laneEnd) through() bool { return e.stopped == nil && e.err == nil }
 
-// runLanes runs the children's and the HA lane whatever the other says, then the follow lane
+// runLanes runs the children's, the HA and the roles lane whatever the others say (the roles
+// lane acts on the primary the HA lane decided), then the follow lane
 // when both ran through, and makes one result of them.
 func (r *PostgresClusterReconciler) runLanes(ctx context.Context, s *scope) (ctrl.Result, error) {
 	children := r.runLane(ctx, s, r.childrenLane())
 	ha := r.runLane(ctx, s, r.haLane())
-	ends := []laneEnd{children, ha}
+	ends := []laneEnd{children, ha, r.runLane(ctx, s, r.rolesLane())}
 	if children.through() && ha.through() {
 		ends = append(ends, r.runLane(ctx, s, r.followLane()))
 	}

@@ -216,6 +216,7 @@ func (a *Agent) supervise(ctx context.Context) error {
 	ticker := time.NewTicker(time.Second)
 	defer ticker.Stop()
 	lastConfig, lastConfigCheck := a.configHash(), time.Now()
+	a.managed.ctx.Store(&ctx)
 	a.loadedConfig.Store(&lastConfig)
 	for {
 		var exited <-chan struct{}
@@ -247,7 +248,7 @@ func (a *Agent) supervise(ctx context.Context) error {
 			}
 			lastConfigCheck = now
 			a.syncCredentials(ctx)
-			a.checkRoleDrift(ctx, now)
+			a.checkRoleDrift(now)
 			a.reloadRenewedCertificates()
 			if hash := a.configHash(); hash != lastConfig {
 				a.Log.Info("configuration changed, reloading")

@@ -21,25 +21,35 @@ import (
 const rolesPassTimeout = 30 * time.Second
 
 type managedRoles struct {
-	// passMu makes passes one at a time; it guards request and settled.
-	passMu  sync.Mutex
-	request *agentapi.RolesRequest
-	// settled are the declarations the server had without error after a pass: the same
-	// declaration needing changes later is drift.
+	// requestMu guards request, the set the operator last gave.
+	requestMu sync.Mutex
+	request   *agentapi.RolesRequest
+	// passMu makes passes one at a time; it guards settled, the declarations the server had
+	// without error after a pass: the same declaration needing changes later is drift.
+	passMu   sync.Mutex
 	settled  map[string]agentapi.ManagedRole
 	report   atomic.Pointer[agentapi.RolesReport]
 	lastPass atomic.Pointer[time.Time]
+	// ctx is the supervisor's: passes outlive the request that started them.
+	ctx atomic.Pointer[context.Context]
 }
 
-// ApplyRoles takes the operator's declared roles and brings the server in line at once.
-func (a *Agent) ApplyRoles(ctx context.Context, req agentapi.RolesRequest) (*agentapi.RolesReport, error) {
+// ApplyRoles takes the operator's declared roles and applies them in the background.
+func (a *Agent) ApplyRoles(req agentapi.RolesRequest) error {
 	if !a.isPrimary() {
-		return nil, fmt.Errorf("%w: managed roles are applied on the primary", agentapi.ErrWrongRole)
+		return fmt.Errorf("%w: managed roles are applied on the primary", agentapi.ErrWrongRole)
 	}
-	a.managed.passMu.Lock()
-	defer a.managed.passMu.Unlock()
+	a.managed.requestMu.Lock()
 	a.managed.request = &req
-	return a.rolesPass(ctx)
+	a.managed.requestMu.Unlock()
+	a.startRolesPass()
+	return nil
+}
+
+func (a *Agent) heldRoles() *agentapi.RolesRequest {
+	a.managed.requestMu.Lock()
+	defer a.managed.requestMu.Unlock()
+	return a.managed.request
 }
 
 // RolesReport is the latest pass's report; nil before the first.
@@ -47,31 +57,45 @@ func (a *Agent) RolesReport() *agentapi.RolesReport { return a.managed.report.Lo
 
 // rolesState is what Status says of the managed roles.
 func (a *Agent) rolesState() *agentapi.RolesState {
-	report := a.managed.report.Load()
-	if report == nil {
+	held := a.heldRoles()
+	if held == nil {
 		return nil
 	}
-	return &agentapi.RolesState{Fingerprint: report.Fingerprint, Generation: report.Generation}
+	return &agentapi.RolesState{Fingerprint: held.Fingerprint, Report: a.managed.report.Load().ID()}
 }
 
-// checkRoleDrift starts a pass over the declared roles when the last is RolesDriftInterval old,
-// on the primary, unless one runs.
-func (a *Agent) checkRoleDrift(ctx context.Context, now time.Time) {
-	last := a.managed.lastPass.Load()
-	if last == nil || now.Sub(*last) < agentapi.RolesDriftInterval || !a.isPrimary() || !a.managed.passMu.TryLock() {
+// checkRoleDrift starts a pass over the declared roles when the last is RolesDriftInterval old.
+func (a *Agent) checkRoleDrift(now time.Time) {
+	if last := a.managed.lastPass.Load(); last != nil && now.Sub(*last) >= agentapi.RolesDriftInterval {
+		a.startRolesPass()
+	}
+}
+
+// startRolesPass runs passes in the background, on the primary, until one covered the held
+// request; nothing when one runs already (it takes the newer request next).
+func (a *Agent) startRolesPass() {
+	ctx := a.managed.ctx.Load()
+	if ctx == nil || !a.isPrimary() || !a.managed.passMu.TryLock() {
 		return
 	}
 	go func() {
 		defer a.managed.passMu.Unlock()
-		if _, err := a.rolesPass(ctx); err != nil {
-			a.Log.Error(err, "managed roles: drift pass")
+		for {
+			req := a.heldRoles()
+			report, err := a.rolesPass(*ctx, req)
+			if err != nil {
+				a.Log.Error(err, "managed roles: pass failed; the next runs in a minute")
+				return
+			}
+			if held := a.heldRoles(); held == nil || held == req || report == nil {
+				return
+			}
 		}
 	}()
 }
 
-// rolesPass runs the held request once; passMu is held.
-func (a *Agent) rolesPass(ctx context.Context) (*agentapi.RolesReport, error) {
-	req := a.managed.request
+// rolesPass runs req once; passMu is held.
+func (a *Agent) rolesPass(ctx context.Context, req *agentapi.RolesRequest) (*agentapi.RolesReport, error) {
 	if req == nil {
 		return nil, nil
 	}

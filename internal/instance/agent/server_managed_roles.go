@@ -1,7 +1,6 @@
 package agent
 
 import (
-	"context"
 	"net/http"
 
 	"github.com/pgpilot/pgpilot-operator/api/agentapi"
@@ -9,7 +8,7 @@ import (
 
 // ManagedRoles are the managed roles endpoint's work (managed_roles.go).
 type ManagedRoles interface {
-	ApplyRoles(ctx context.Context, req agentapi.RolesRequest) (*agentapi.RolesReport, error)
+	ApplyRoles(req agentapi.RolesRequest) error
 	RolesReport() *agentapi.RolesReport
 }
 
@@ -22,10 +21,11 @@ func handleManagedRoles(mux *http.ServeMux, roles ManagedRoles, token func() str
 		if !decodeRequestUpTo(w, r, rolesRequestLimit, &req) {
 			return
 		}
-		ctx, cancel := context.WithTimeout(r.Context(), rolesPassTimeout)
-		defer cancel()
-		report, err := roles.ApplyRoles(ctx, req)
-		writeRoleChange(w, report, err)
+		if err := roles.ApplyRoles(req); err != nil {
+			writeRoleChange(w, nil, err)
+			return
+		}
+		writeJSONStatus(w, http.StatusAccepted, struct{}{})
 	})))
 	mux.Handle("GET "+agentapi.PathRoles, requireToken(token, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		report := roles.RolesReport()
