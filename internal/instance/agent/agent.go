@@ -36,6 +36,9 @@ type Options struct {
 	// DetachHold is how long a standby stays detached without a new order; zero means
 	// agentapi.DetachHold.
 	DetachHold time.Duration
+	// RolesDriftInterval is how often the primary goes over its managed roles again; zero means
+	// agentapi.RolesDriftInterval.
+	RolesDriftInterval time.Duration
 	// MetricsListenAddress of the metrics endpoint; empty means every address on
 	// Config.MetricsPort.
 	MetricsListenAddress string

@@ -66,7 +66,11 @@ func (a *Agent) rolesState() *agentapi.RolesState {
 
 // checkRoleDrift starts a pass over the declared roles when the last is RolesDriftInterval old.
 func (a *Agent) checkRoleDrift(now time.Time) {
-	if last := a.managed.lastPass.Load(); last != nil && now.Sub(*last) >= agentapi.RolesDriftInterval {
+	interval := a.Options.RolesDriftInterval
+	if interval == 0 {
+		interval = agentapi.RolesDriftInterval
+	}
+	if last := a.managed.lastPass.Load(); last != nil && now.Sub(*last) >= interval {
 		a.startRolesPass()
 	}
 }

@@ -1,0 +1,116 @@
+package agent_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/pgpilot/pgpilot-operator/api/agentapi"
+	"github.com/pgpilot/pgpilot-operator/internal/instance/agent"
+	"github.com/pgpilot/pgpilot-operator/internal/instance/postgres"
+	"github.com/pgpilot/pgpilot-operator/test/pgtest"
+)
+
+// The primary's agent takes the declared roles at once and applies them in the background; its
+// status names the report to read. A standby refuses them. A role changed by hand is put back by
+// the agent's own drift pass and reported, and the pass after runs no statement.
+func TestManagedRolesAppliedInTheBackgroundAndDriftRepaired(t *testing.T) {
+	leases := pgtest.NewMemoryLeases("db-0")
+	primaryInst, standbyInst := pgtest.NewInstance(t, "db-0"), pgtest.NewInstance(t, "db-1")
+	primary := pgtest.StartAgent(t, agentConfig(t, "db-0", primaryInst, primaryInst.Port), primaryInst, leases,
+		func(o *agent.Options) { o.RolesDriftInterval = 500 * time.Millisecond })
+	standby := pgtest.StartAgent(t, agentConfig(t, "db-1", standbyInst, primaryInst.Port), standbyInst, leases)
+	waitReady(t, primary)
+	waitReady(t, standby)
+
+	password := "reader-pw"
+	req := agentapi.RolesRequest{Fingerprint: "f1", Forbidden: []string{"app"}, Roles: []agentapi.ManagedRole{
+		{Name: "reader", Login: true, Inherit: true, ConnectionLimit: -1, InRoles: []string{"pg_read_all_data"}, Password: &password},
+	}}
+	if code, body := putRoles(t, standby, req); code != http.StatusConflict {
+		t.Fatalf("a standby answered %d %s, want 409", code, body)
+	}
+	if code, body := putRoles(t, primary, req); code != http.StatusAccepted {
+		t.Fatalf("the primary answered %d %s, want 202", code, body)
+	}
+	report := waitRolesReport(t, primary, func(r *agentapi.RolesReport) error {
+		if r.Fingerprint != "f1" || r.Roles[0].State != agentapi.RoleApplied {
+			return fmt.Errorf("report %+v", r)
+		}
+		return nil
+	})
+	if report.Roles[0].Changed[0] != "created" {
+		t.Errorf("first report %+v, want reader created", report)
+	}
+	login := func() error {
+		conn, err := postgres.Connect(context.Background(), primaryInst.Port, "reader", password, "postgres")
+		if err == nil {
+			_ = conn.Close(context.Background())
+		}
+		return err
+	}
+	if err := login(); err != nil {
+		t.Fatal(err)
+	}
+
+	admin := pgtest.Connect(t, primaryInst, agentapi.Superuser, credentials.SuperuserPassword, "postgres")
+	if _, err := admin.Exec(context.Background(), "ALTER ROLE reader NOLOGIN"); err != nil {
+		t.Fatal(err)
+	}
+	waitRolesReport(t, primary, func(r *agentapi.RolesReport) error {
+		if r.Roles[0].State != agentapi.RoleDrift || r.Roles[0].Changed[0] != "login" {
+			return fmt.Errorf("report %+v, want reader's login put back", r)
+		}
+		return nil
+	})
+	if err := login(); err != nil {
+		t.Fatalf("after the drift was repaired: %v", err)
+	}
+	waitRolesReport(t, primary, func(r *agentapi.RolesReport) error {
+		if r.Statements != 0 || r.Roles[0].State != agentapi.RoleApplied || len(r.Roles[0].Changed) != 0 {
+			return fmt.Errorf("report %+v, want a pass of no statement", r)
+		}
+		return nil
+	})
+}
+
+func putRoles(t *testing.T, r *pgtest.RunningAgent, req agentapi.RolesRequest) (int, string) {
+	t.Helper()
+	body, _ := json.Marshal(req)
+	httpReq, _ := http.NewRequest(http.MethodPut, r.URL+agentapi.PathRoles, bytes.NewReader(body))
+	httpReq.Header.Set("Authorization", "Bearer "+token)
+	code, answer, err := do(httpReq)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return code, answer
+}
+
+// waitRolesReport waits for the report the agent's status names to satisfy check.
+func waitRolesReport(t *testing.T, r *pgtest.RunningAgent, check func(*agentapi.RolesReport) error) *agentapi.RolesReport {
+	t.Helper()
+	var report agentapi.RolesReport
+	pgtest.Eventually(t, "the roles report", func() error {
+		s, err := status(r)
+		if err != nil || s.Roles == nil || s.Roles.Report == "" {
+			return fmt.Errorf("status %+v (%v): no report", s, err)
+		}
+		code, body, err := get(r.URL+agentapi.PathRoles, token)
+		if err != nil || code != http.StatusOK {
+			return fmt.Errorf("%d %s (%v)", code, body, err)
+		}
+		report = agentapi.RolesReport{}
+		if err := json.Unmarshal([]byte(body), &report); err != nil {
+			return err
+		}
+		if report.ID() != s.Roles.Report && report.Generation < 1 {
+			return fmt.Errorf("report %s, status names %s", report.ID(), s.Roles.Report)
+		}
+		return check(&report)
+	})
+	return &report
+}
