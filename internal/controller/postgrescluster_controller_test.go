@@ -415,6 +415,27 @@ var _ = Describe("CRD validation", func() {
 		}
 	})
 
+	It("rejects managed roles that are pgpilot's, the application owner, or members of roles acting as the server", func() {
+		secret := &corev1.LocalObjectReference{Name: "pw"}
+		for what, role := range map[string]pgv1.ManagedRoleSpec{
+			"roles[].name cannot be a role pgpilot manages":       {Name: "streaming_replica"},
+			"roles[].name cannot be a role pgpilot manages ":      {Name: "pg_signal"},
+			"cannot name the application owner":                  {Name: "app"},
+			"cannot name the application owner ":                 {Name: "reader", InRoles: []string{"app"}},
+			"roles[].inRoles cannot name a role pgpilot manages":  {Name: "reader", InRoles: []string{"pg_read_all_data", "pg_execute_server_program"}},
+			"roles[].inRoles cannot name a role pgpilot manages ": {Name: "reader", InRoles: []string{"postgres"}},
+			"passwordSecret or has it removed by disablePassword": {Name: "reader", PasswordSecret: secret, DisablePassword: true},
+		} {
+			err := k8sClient.Create(ctx, newCluster(namespace, func(c *pgv1.PostgresCluster) { c.Spec.Roles = []pgv1.ManagedRoleSpec{role} }))
+			Expect(apierrors.IsInvalid(err)).To(BeTrue(), "%+v: %v", role, err)
+			Expect(err.Error()).To(ContainSubstring(strings.TrimSpace(what)))
+		}
+		createCluster(newCluster(namespace, func(c *pgv1.PostgresCluster) {
+			c.Name = "roles"
+			c.Spec.Roles = []pgv1.ManagedRoleSpec{{Name: "reporting"}, {Name: "reader", Login: true, InRoles: []string{"reporting", "pg_read_all_data"}, PasswordSecret: secret}}
+		}))
+	})
+
 	It("rejects repository values that would add options to pgbackrest.conf", func() {
 		for field, mutate := range map[string]func(*pgv1.PostgresCluster){
 			"spec.backup.repository.region": func(c *pgv1.PostgresCluster) {
