@@ -48,6 +48,7 @@ func RenderStatus(w io.Writer, v ClusterView, now time.Time, colour bool) error 
 	p.conditions(v.Conditions)
 	p.instances(v.Members, v.OperatorVersion)
 	p.backup(v.Backup)
+	p.roles(v.Roles)
 	p.events(v.Events)
 	_, err := io.WriteString(w, b.String())
 	return err

@@ -56,6 +56,9 @@ func fixture() (*pgv1.PostgresCluster, []corev1.Pod, []corev1.Event) {
 				Instance: "db-0", PointOfNoReturnAt: ptr.To(ago(3 * time.Hour)), Replicas: []pgv1.MajorUpgradeReplica{
 					{Name: "db-1", Method: "delta", BytesCopied: 31 << 20, BytesKept: 402 << 20},
 					{Name: "db-2", Method: "clone", BytesCopied: 433 << 20, Reason: "the new major has no backup to restore from"}}},
+			Roles: []pgv1.ManagedRoleStatus{{Name: "reader", State: "Drift", Changed: []string{"login"}},
+				{Name: "writer", State: "Applied", Message: `Secret "writer-pw" does not exist: the role keeps the password it has`},
+				{Name: "old", State: "Error", Changed: []string{"dropped"}, Message: `role "old" cannot be dropped because some objects depend on it`}},
 		},
 	}
 	c.Spec.PostgreSQL.Synchronous = &pgv1.SynchronousSpec{Method: "any", Number: 1, DataDurability: "required"}

@@ -36,6 +36,8 @@ type ClusterView struct {
 	InProgress      string       `json:"inProgress,omitempty"`
 	// MajorUpgrade is the cluster's major upgrade as its status has it.
 	MajorUpgrade *pgv1.MajorUpgradeStatus `json:"majorUpgrade,omitempty"`
+	// Roles are the managed roles as the primary last reported them.
+	Roles []pgv1.ManagedRoleStatus `json:"roles,omitempty"`
 	Conditions   []ConditionView          `json:"conditions,omitempty"`
 	Members      []InstanceView           `json:"instances,omitempty"`
 	Backup       *BackupView              `json:"backup,omitempty"`
@@ -105,7 +107,7 @@ func BuildClusterView(c *pgv1.PostgresCluster, pods []corev1.Pod, events []corev
 		Timeline: c.Status.Timeline, OperatorVersion: c.Status.OperatorVersion, Image: c.Spec.Image,
 		PostgresVersion: c.Status.PostgresVersion,
 		InProgress:      inProgress(c.Status), Synchronous: synchronous(c.Spec.PostgreSQL.Synchronous),
-		MajorUpgrade: c.Status.MajorUpgrade,
+		MajorUpgrade: c.Status.MajorUpgrade, Roles: c.Status.Roles,
 	}
 	for _, cond := range c.Status.Conditions {
 		v.Conditions = append(v.Conditions, conditionView(cond))
