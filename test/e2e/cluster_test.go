@@ -78,6 +78,10 @@ var _ = Describe("The sample PostgresCluster", Ordered, func() {
 		Expect(restartCounts(ctx, cluster)).To(Equal(restarts), "no instance may restart for a new password")
 	})
 
+	It("keeps declared roles on the primary: logging in over TLS, rotated and repaired without a restart", func(ctx SpecContext) {
+		expectManagedRoles(ctx, cluster, cluster.Name+"-superuser")
+	})
+
 	It("keeps its volume claims when deleted (reclaimPolicy Retain)", func(ctx SpecContext) {
 		Expect(k8s.Delete(ctx, cluster)).To(Succeed())
 		waitForGone(ctx, cluster)

@@ -1,0 +1,73 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/pgpilot/pgpilot-operator/api/agentapi"
+	pgv1 "github.com/pgpilot/pgpilot-operator/api/v1alpha1"
+)
+
+// rolesConverge bounds how long a change to spec.roles or a role Secret takes to hold on the
+// primary: the role Secrets are read once a minute, the agent looks for drift once a minute, and
+// the operator reads the report at its next reconcile (30 s).
+const rolesConverge = 3 * time.Minute
+
+// expectManagedRoles declares a group and a login role with its password Secret on cluster, and
+// checks that the role logs in over TLS, that a new password in the Secret works without a
+// restart, and that a change by hand is put back and announced.
+func expectManagedRoles(ctx context.Context, cluster *pgv1.PostgresCluster, superuserSecret string) {
+	restarts := restartCounts(ctx, cluster)
+	login := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "reader-login", Namespace: cluster.Namespace},
+		Type: corev1.SecretTypeBasicAuth, StringData: map[string]string{corev1.BasicAuthUsernameKey: "reader", corev1.BasicAuthPasswordKey: "first-password"}}
+	Expect(k8s.Create(ctx, login)).To(Succeed())
+	Expect(retryUpdate(ctx, cluster, func() {
+		cluster.Spec.Roles = []pgv1.ManagedRoleSpec{{Name: "reporting", Comment: "read-only group"},
+			{Name: "reader", Login: true, InRoles: []string{"reporting", "pg_read_all_data"}, PasswordSecret: &corev1.LocalObjectReference{Name: login.Name}}}
+	})).To(Succeed())
+	Eventually(func(g Gomega) {
+		roles := getCluster(ctx, cluster).Status.Roles
+		g.Expect(roles).To(HaveLen(2))
+		for _, role := range roles {
+			g.Expect(role.State).To(Equal(agentapi.RoleApplied), "%+v", role)
+		}
+	}).WithTimeout(rolesConverge).WithPolling(2 * time.Second).Should(Succeed())
+	logs, ok := psql(ctx, cluster, "psql-reader", cluster.Name+"-rw", login.Name, "postgres",
+		"SELECT ssl::text || ' ' || pg_has_role('reporting', 'member')::text FROM pg_stat_ssl WHERE pid = pg_backend_pid()")
+	Expect(ok).To(BeTrue(), "reader cannot log in:\n%s", logs)
+	Expect(logs).To(ContainSubstring("true true"), "reader is not on TLS, or not a member of reporting")
+
+	Expect(retryUpdate(ctx, login, func() { login.StringData = map[string]string{corev1.BasicAuthPasswordKey: "second-password"} })).To(Succeed())
+	attempt := 0
+	Eventually(func() bool {
+		attempt++
+		_, ok := psql(ctx, cluster, fmt.Sprintf("psql-reader-rotated-%d", attempt), cluster.Name+"-rw", login.Name, "postgres", "SELECT 1")
+		return ok
+	}).WithTimeout(rolesConverge).WithPolling(time.Second).Should(BeTrue(), "the rotated password does not let reader in")
+
+	logs, ok = psql(ctx, cluster, "psql-drift", cluster.Name+"-rw", superuserSecret, "postgres", "ALTER ROLE reader NOLOGIN")
+	Expect(ok).To(BeTrue(), "%s", logs)
+	Eventually(func(g Gomega) {
+		events := &corev1.EventList{}
+		g.Expect(k8s.List(ctx, events, client.InNamespace(cluster.Namespace))).To(Succeed())
+		var drift []string
+		for _, event := range events.Items {
+			if event.Reason == "RoleDrift" {
+				drift = append(drift, event.Message)
+			}
+		}
+		g.Expect(strings.Join(drift, "\n")).To(ContainSubstring("role reader was changed by hand and put back: [login]"))
+	}).WithTimeout(rolesConverge).WithPolling(2 * time.Second).Should(Succeed())
+	logs, ok = psql(ctx, cluster, "psql-reader-after-drift", cluster.Name+"-rw", login.Name, "postgres", "SELECT 1")
+	Expect(ok).To(BeTrue(), "reader cannot log in after its login was put back:\n%s", logs)
+	Expect(restartCounts(ctx, cluster)).To(Equal(restarts), "no instance may restart for managed roles")
+}
