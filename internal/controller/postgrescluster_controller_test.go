@@ -420,8 +420,8 @@ var _ = Describe("CRD validation", func() {
 		for what, role := range map[string]pgv1.ManagedRoleSpec{
 			"roles[].name cannot be a role pgpilot manages":       {Name: "streaming_replica"},
 			"roles[].name cannot be a role pgpilot manages ":      {Name: "pg_signal"},
-			"cannot name the application owner":                  {Name: "app"},
-			"cannot name the application owner ":                 {Name: "reader", InRoles: []string{"app"}},
+			"cannot name the application owner":                   {Name: "app"},
+			"cannot name the application owner ":                  {Name: "reader", InRoles: []string{"app"}},
 			"roles[].inRoles cannot name a role pgpilot manages":  {Name: "reader", InRoles: []string{"pg_read_all_data", "pg_execute_server_program"}},
 			"roles[].inRoles cannot name a role pgpilot manages ": {Name: "reader", InRoles: []string{"postgres"}},
 			"passwordSecret or has it removed by disablePassword": {Name: "reader", PasswordSecret: secret, DisablePassword: true},

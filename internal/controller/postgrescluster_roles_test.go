@@ -60,7 +60,7 @@ func TestEnsureManagedRolesSendsAndReadsOnlyWhatMoved(t *testing.T) {
 	cluster.Spec.Bootstrap.InitDB.Owner = "app"
 	cluster.Spec.Roles = []pgv1.ManagedRoleSpec{{Name: "reader", Login: true, PasswordSecret: &corev1.LocalObjectReference{Name: "reader-pw"}}}
 	held := &agentapi.RolesState{}
-	pass := func() *scope {
+	pass := func() {
 		t.Helper()
 		s := newScope(cluster)
 		s.primary = "db-0"
@@ -74,7 +74,6 @@ func TestEnsureManagedRolesSendsAndReadsOnlyWhatMoved(t *testing.T) {
 			t.Fatalf("ensureManagedRoles = %v, %v", stop, err)
 		}
 		cluster = s.cluster
-		return s
 	}
 
 	pass()

@@ -102,7 +102,7 @@ func (p printer) header(v ClusterView) {
 
 func (p printer) conditions(conds []ConditionView) {
 	p.section("Conditions")
-	t := table{header: []string{"TYPE", "STATUS", "REASON", "SINCE", "MESSAGE"}}
+	t := table{header: []string{"TYPE", "STATUS", "REASON", "SINCE", messageColumn}}
 	for _, c := range conds {
 		t.add(cell{text: c.Type}, cell{text: c.Status, colour: conditionColour(c.Type, c.Status)},
 			cell{text: c.Reason}, cell{text: age(p.now, c.Since.Time)}, cell{text: c.Message})
@@ -219,7 +219,7 @@ func (p printer) backup(b *BackupView) {
 
 func (p printer) events(events []EventView) {
 	p.section("Recent events")
-	t := table{header: []string{"LAST", "TYPE", "REASON", "OBJECT", "MESSAGE"}}
+	t := table{header: []string{"LAST", "TYPE", "REASON", "OBJECT", messageColumn}}
 	for _, e := range events {
 		c := plain
 		if e.Type == "Warning" {

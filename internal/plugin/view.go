@@ -37,11 +37,11 @@ type ClusterView struct {
 	// MajorUpgrade is the cluster's major upgrade as its status has it.
 	MajorUpgrade *pgv1.MajorUpgradeStatus `json:"majorUpgrade,omitempty"`
 	// Roles are the managed roles as the primary last reported them.
-	Roles []pgv1.ManagedRoleStatus `json:"roles,omitempty"`
-	Conditions   []ConditionView          `json:"conditions,omitempty"`
-	Members      []InstanceView           `json:"instances,omitempty"`
-	Backup       *BackupView              `json:"backup,omitempty"`
-	Events       []EventView              `json:"events,omitempty"`
+	Roles      []pgv1.ManagedRoleStatus `json:"roles,omitempty"`
+	Conditions []ConditionView          `json:"conditions,omitempty"`
+	Members    []InstanceView           `json:"instances,omitempty"`
+	Backup     *BackupView              `json:"backup,omitempty"`
+	Events     []EventView              `json:"events,omitempty"`
 }
 
 // ConditionView is one status condition.

@@ -37,7 +37,6 @@ type rolePlan struct {
 	refused string
 }
 
-
 // serverRoles are what no managed role may be a member of: their members can run programs or
 // read and write files as the server's OS user, which is as good as a superuser.
 var serverRoles = []string{"pg_execute_server_program", "pg_read_server_files", "pg_write_server_files"}

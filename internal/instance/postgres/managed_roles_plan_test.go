@@ -59,7 +59,7 @@ func TestPlanRoleDiffsDeclaredAgainstExisting(t *testing.T) {
 		{name: "made superuser by hand: refused, untouched", want: reader, have: changedHave(func(r *existingRole) { r.Superuser = true }),
 			refused: "is a superuser"},
 		{name: "replication and expiry changed by hand: put back", want: with(func(r *agentapi.ManagedRole) { r.ValidUntil = &expiry }),
-			have: changedHave(func(r *existingRole) { r.Replication = true; r.ConnectionLimit = 5 }),
+			have:       changedHave(func(r *existingRole) { r.Replication = true; r.ConnectionLimit = 5 }),
 			statements: []string{`ALTER ROLE "reader" WITH NOREPLICATION CONNECTION LIMIT -1 VALID UNTIL '2027-06-01T12:00:00Z'`},
 			changed:    []string{"replication", "connectionLimit", "validUntil"}},
 		{name: "same expiry to the second", want: with(func(r *agentapi.ManagedRole) { r.ValidUntil = &expiry }),

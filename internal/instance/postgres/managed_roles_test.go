@@ -4,13 +4,11 @@ import (
 	"context"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/pgpilot/pgpilot-operator/api/agentapi"
 	"github.com/pgpilot/pgpilot-operator/internal/instance/postgres"
-	"github.com/pgpilot/pgpilot-operator/test/pgtest"
 )
 
 // Declared roles are created with their memberships, log in with their Secret's password, and
@@ -19,11 +17,7 @@ import (
 // others are applied; no password reaches the server's log.
 func TestReconcileRolesCreatesRepairsAndKeepsPasswords(t *testing.T) {
 	ctx := context.Background()
-	inst := initialised(t)
-	var log strings.Builder
-	inst.Output = &log
-	pgtest.WriteConfig(t, inst, pgtest.Cluster(map[string]string{"log_statement": "all", "log_min_error_statement": "debug5"}))
-	admin := startedAsSuperuser(t, inst)
+	inst, admin, log := loggingEveryStatement(t)
 	exec(t, admin, "CREATE ROLE boss SUPERUSER")
 	readerPassword, writerPassword := "Reader-Secret-1", "Writer-Secret-2"
 	request := agentapi.RolesRequest{Forbidden: []string{"app"}, Roles: []agentapi.ManagedRole{
@@ -64,17 +58,7 @@ func TestReconcileRolesCreatesRepairsAndKeepsPasswords(t *testing.T) {
 	}
 	loginAs(t, inst, "writer", writerPassword, true)
 
-	if err := inst.Stop(10 * time.Second); err != nil {
-		t.Fatal(err)
-	}
-	if !strings.Contains(log.String(), "statement:") {
-		t.Fatalf("the server logged no statement: the test sees nothing")
-	}
-	for _, secret := range []string{readerPassword, writerPassword} {
-		if strings.Contains(log.String(), secret) {
-			t.Errorf("the server's log has the password %s", secret)
-		}
-	}
+	expectNoPasswordLogged(t, inst, log, readerPassword, writerPassword)
 }
 
 func reconcileRoles(t *testing.T, conn *pgx.Conn, request agentapi.RolesRequest, settled map[string]bool, wantStatements int) []agentapi.RoleResult {

@@ -4,6 +4,9 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/pgpilot/pgpilot-operator/api/agentapi"
 	"github.com/pgpilot/pgpilot-operator/internal/instance/postgres"
@@ -15,12 +18,7 @@ import (
 // with its own (ASCII, and a password SASLprep changes: a non-breaking space is a space).
 func TestEnsureRolesSendsVerifiersAndLogsNoPassword(t *testing.T) {
 	ctx := context.Background()
-	inst := initialised(t)
-	var log strings.Builder
-	inst.Output = &log
-	cluster := pgtest.Cluster(map[string]string{"log_statement": "all", "log_min_error_statement": "debug5"})
-	pgtest.WriteConfig(t, inst, cluster)
-	admin := startedAsSuperuser(t, inst)
+	inst, admin, log := loggingEveryStatement(t)
 	roles := postgres.Roles{Superuser: agentapi.Superuser, SuperuserPassword: "Super-Secret-4711",
 		ReplicationUser: agentapi.DefaultReplicationUser, ReplicationPassword: "Repl-Secret-0815",
 		AppOwner: "app", AppPassword: "caf\u00e9\u00a0Secret-42", AppDatabase: "app"}
@@ -36,15 +34,31 @@ func TestEnsureRolesSendsVerifiersAndLogsNoPassword(t *testing.T) {
 		}
 		_ = conn.Close(ctx)
 	}
-	if err := inst.Stop(10e9); err != nil {
+	expectNoPasswordLogged(t, inst, log, "Super-Secret-4711", "Repl-Secret-0815", "Secret-42")
+}
+
+// loggingEveryStatement is a started server that logs every statement, and its log.
+func loggingEveryStatement(t *testing.T) (*postgres.Instance, *pgx.Conn, *strings.Builder) {
+	t.Helper()
+	inst := initialised(t)
+	log := &strings.Builder{}
+	inst.Output = log
+	pgtest.WriteConfig(t, inst, pgtest.Cluster(map[string]string{"log_statement": "all", "log_min_error_statement": "debug5"}))
+	return inst, startedAsSuperuser(t, inst), log
+}
+
+// expectNoPasswordLogged stops inst and looks for each password in its log.
+func expectNoPasswordLogged(t *testing.T, inst *postgres.Instance, log *strings.Builder, passwords ...string) {
+	t.Helper()
+	if err := inst.Stop(10 * time.Second); err != nil {
 		t.Fatal(err)
 	}
 	if !strings.Contains(log.String(), "statement:") {
 		t.Fatalf("the server logged no statement: the test sees nothing\n%s", log.String())
 	}
-	for _, secret := range []string{"Super-Secret-4711", "Repl-Secret-0815", "Secret-42"} {
-		if strings.Contains(log.String(), secret) {
-			t.Errorf("the server's log has the password %s", secret)
+	for _, password := range passwords {
+		if strings.Contains(log.String(), password) {
+			t.Errorf("the server's log has the password %s", password)
 		}
 	}
 }
