@@ -55,7 +55,7 @@ func (r *PostgresClusterReconciler) ensureManagedRoles(ctx context.Context, s *s
 		return nil, nil
 	}
 	pod, report := s.observed.Pod(s.primary), s.observed.Reports[s.primary]
-	if pod == nil || report == nil || report.Role != agentapi.RolePrimary || s.majorUpgrade != nil && s.majorUpgrade.Step != pgv1.MajorUpgradeCompleted {
+	if pod == nil || report == nil || report.Role != agentapi.RolePrimary || s.majorUpgrade.Running() {
 		return nil, nil // the next reconcile, once there is a primary to apply them on
 	}
 	key := types.NamespacedName{Namespace: c.Namespace, Name: c.Name}
