@@ -408,13 +408,15 @@ func (i *Instance) joinEntry(tr *tar.Reader, next string, f KitFile) (int64, err
 	case f.Linked:
 		own := filepath.Join(i.DataDir, f.Path)
 		info, err := os.Stat(own)
-		if err != nil {
+		switch {
+		case errors.Is(err, fs.ErrNotExist) && mapFork(f.Path):
+			return 0, nil // PostgreSQL makes it again
+		case err != nil:
 			return 0, fmt.Errorf("this standby lacks a relation file of the upgraded cluster: %w", err)
-		}
-		if info.Size() != f.Size {
+		case info.Size() != f.Size && !mapFork(f.Path):
 			return 0, fmt.Errorf("%d bytes here, %d on the upgraded instance: not the same relation", info.Size(), f.Size)
 		}
-		return f.Size, os.Link(own, path)
+		return info.Size(), os.Link(own, path)
 	}
 	header, err := tr.Next()
 	if err != nil {
@@ -432,6 +434,15 @@ func (i *Instance) joinEntry(tr *tar.Reader, next string, f KitFile) (int64, err
 		return 0, err
 	}
 	return n, i.chown(path)
+}
+
+// mapFork: path is a free space map or visibility map fork (base/5/16393_vm, …_fsm.1). Their
+// size differs between a primary and its standbys, as a primary extends them without WAL; the
+// standby's own is what its replay made of the same WAL, and one it lacks is made again (a
+// visibility map page missing has no page all-visible, which is never wrong).
+func mapFork(path string) bool {
+	name, _, _ := strings.Cut(filepath.Base(path), ".")
+	return strings.HasSuffix(name, "_fsm") || strings.HasSuffix(name, "_vm")
 }
 
 func (i *Instance) mkdirOwned(path string, mode fs.FileMode) error {

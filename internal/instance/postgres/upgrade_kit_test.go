@@ -2,8 +2,11 @@ package postgres_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -29,6 +32,7 @@ func TestMajorUpgradeFollowKitJoinsAStandbyWithoutCopyingItsRelations(t *testing
 	if err := follower.Start(); err != nil {
 		t.Fatal(err)
 	}
+	exec(t, admin, "VACUUM orders") // its visibility and free space maps
 	pgtest.WaitReplayed(t, admin, follower, superuserPassword)
 	pgtest.WaitReplayed(t, admin, standby, superuserPassword)
 	relation := relationPath(t, admin, "orders")
@@ -69,6 +73,17 @@ func TestMajorUpgradeFollowKitJoinsAStandbyWithoutCopyingItsRelations(t *testing
 	if err := follower.Stop(time.Minute); err != nil {
 		t.Fatal(err)
 	}
+	// As on a former primary, which extends its map forks without WAL (a visibility map a page
+	// longer), and on a standby without a free space map: the kit links what the standby has.
+	if !linkedIn(manifest, relation+"_vm") || !linkedIn(manifest, relation+"_fsm") {
+		t.Fatalf("the kit links no map fork of %s: %+v", relation, manifest.Files)
+	}
+	grown, dropped := filepath.Join(follower.DataDir, relation+"_vm"), filepath.Join(follower.DataDir, relation+"_fsm")
+	appendZeros(t, grown, 8192)
+	droppedSize := fileSize(t, dropped)
+	if err := os.Remove(dropped); err != nil {
+		t.Fatal(err)
+	}
 	reader, writer := io.Pipe()
 	go func() { writer.CloseWithError(postgres.WriteFollowKit(writer, upgrade.FollowKitDir())) }()
 	copied, kept, err := follower.JoinByFollowKit(reader, followerReplay)
@@ -76,6 +91,7 @@ func TestMajorUpgradeFollowKitJoinsAStandbyWithoutCopyingItsRelations(t *testing
 		t.Fatal(err)
 	}
 	kitCopied, kitLinked := manifest.Copied()
+	kitLinked += 8192 - droppedSize
 	t.Logf("follow kit of %d files: %d MiB copied, %d MiB kept (relations linked)", len(manifest.Files), copied>>20, kept>>20)
 	if copied != kitCopied || kept != kitLinked {
 		t.Fatalf("joined %d copied / %d kept, the manifest says %d / %d", copied, kept, kitCopied, kitLinked)
@@ -158,6 +174,27 @@ func replayLSN(t *testing.T, standby *postgres.Instance) string {
 		t.Fatal(err)
 	}
 	return lsn
+}
+
+func appendZeros(t *testing.T, path string, n int) {
+	t.Helper()
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0)
+	if err == nil {
+		_, err = f.Write(make([]byte, n))
+		err = errors.Join(err, f.Close())
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func fileSize(t *testing.T, path string) int64 {
+	t.Helper()
+	info, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return info.Size()
 }
 
 func linkedIn(m postgres.FollowKitManifest, path string) bool {
