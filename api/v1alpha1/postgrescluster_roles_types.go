@@ -90,6 +90,7 @@ type ManagedRoleSpec struct {
 
 // ManagedRoleStatus is what the primary's agent last made of a managed role.
 type ManagedRoleStatus struct {
+	// The role's name, as spec.roles has it.
 	Name string `json:"name"`
 	// Applied, Drift (changed by hand and put back) or Error; Pending before the primary's agent
 	// reported on it.

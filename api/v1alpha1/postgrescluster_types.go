@@ -555,6 +555,7 @@ type PostgresClusterStatus struct {
 	// The managed roles the primary's agent last reported on (their declaration and their
 	// Secrets' versions, never a password), and the report's generation.
 	// +optional
+	// +operator-sdk:csv:customresourcedefinitions:type=status,displayName="Roles Reported",xDescriptors={"urn:alm:descriptor:com.tectonic.ui:hidden"},order=21
 	RolesReported string `json:"rolesReported,omitempty"`
 }
 
