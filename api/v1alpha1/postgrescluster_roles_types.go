@@ -5,6 +5,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
+// MaxRolePasswordSecrets is how many of spec.roles may name a passwordSecret: the admission
+// policy checks that whoever names a Secret may read it, one authorizer check each, and a policy's
+// CEL budget holds few.
+const MaxRolePasswordSecrets = 8
+
 // RoleEnsure says whether a managed role exists.
 // +kubebuilder:validation:Enum=present;absent
 type RoleEnsure string

@@ -8,6 +8,7 @@ import (
 
 // PostgresClusterSpec is the desired state of a highly available PostgreSQL cluster.
 // +kubebuilder:validation:XValidation:rule="!has(self.roles) || !has(self.bootstrap.initdb.owner) || self.roles.all(r, r.name != self.bootstrap.initdb.owner && (!has(r.inRoles) || !(self.bootstrap.initdb.owner in r.inRoles)))",message="spec.roles cannot name the application owner (bootstrap.initdb.owner), nor make a role its member: its password is the bootstrap Secret's"
+// +kubebuilder:validation:XValidation:rule="!has(self.roles) || self.roles.filter(r, has(r.passwordSecret)).size() <= 8",message="at most 8 of spec.roles may name a passwordSecret: pgpilot's admission policy checks that whoever names a Secret may read it"
 // +kubebuilder:validation:XValidation:rule="self.bootstrap == oldSelf.bootstrap",message="spec.bootstrap is immutable: the cluster has already been initialised from it"
 // +kubebuilder:validation:XValidation:rule="!has(self.postgresql) || !has(self.postgresql.synchronous) || !has(self.postgresql.synchronous.number) || self.postgresql.synchronous.number < (has(self.instances) ? self.instances : 3)",message="postgresql.synchronous.number must be smaller than instances: only the standbys can confirm commits"
 type PostgresClusterSpec struct {

@@ -50,9 +50,14 @@ func secretReferences(root string) string {
 	for _, path := range SecretReferencePaths {
 		fields = append(fields, fmt.Sprintf("%s.%s.orValue('')", root, path))
 	}
-	return fmt.Sprintf("([%s] + %s.spec.?monitoring.?customQueries.orValue([]).filter(q, has(q.secret)).map(q, q.secret.name)).filter(n, n != '')",
+	return fmt.Sprintf("([%[1]s] + %[2]s.spec.?monitoring.?customQueries.orValue([]).filter(q, has(q.secret)).map(q, q.secret.name) + "+
+		"%[2]s.spec.?roles.orValue([]).filter(r, has(r.passwordSecret)).map(r, r.passwordSecret.name)).filter(n, n != '')",
 		strings.Join(fields, ", "), root)
 }
+
+// maxRolePasswordSecrets is the CRD's limit on spec.roles naming a passwordSecret: each is one
+// authorizer check of the policy's budget.
+const maxRolePasswordSecrets = pgv1.MaxRolePasswordSecrets
 
 // maxCustomQueries is the CRD's limit on spec.monitoring.customQueries.
 const maxCustomQueries = 8
@@ -60,7 +65,7 @@ const maxCustomQueries = 8
 // secretReferenceSlots are CEL expressions of each place a Secret's name can be in object, ”
 // when empty, with the field each names for messages. One validation per place: an authorizer
 // check costs 350,000 of the 1,000,000 one expression may spend (Kubernetes' CEL cost model),
-// and the 16 places stay within the 10,000,000 a policy may.
+// and the 24 places stay within the 10,000,000 a policy may.
 func secretReferenceSlots() (expressions, fields []string) {
 	for _, path := range SecretReferencePaths {
 		expressions = append(expressions, fmt.Sprintf("object.%s.orValue('')", path))
@@ -70,6 +75,11 @@ func secretReferenceSlots() (expressions, fields []string) {
 		queries := "object.spec.?monitoring.?customQueries.orValue([])"
 		expressions = append(expressions, fmt.Sprintf("(size(%[1]s) > %[2]d && has(%[1]s[%[2]d].secret) ? %[1]s[%[2]d].secret.name : '')", queries, i))
 		fields = append(fields, fmt.Sprintf("spec.monitoring.customQueries[].secret (%d)", i+1))
+	}
+	for i := range maxRolePasswordSecrets {
+		roles := "object.spec.?roles.orValue([]).filter(r, has(r.passwordSecret))"
+		expressions = append(expressions, fmt.Sprintf("(size(%[1]s) > %[2]d ? %[1]s[%[2]d].passwordSecret.name : '')", roles, i))
+		fields = append(fields, fmt.Sprintf("spec.roles[].passwordSecret (%d)", i+1))
 	}
 	return expressions, fields
 }

@@ -46,7 +46,7 @@ func TestSecretReferencePathsCoverTheSchema(t *testing.T) {
 	if queries.MaxItems == nil || *queries.MaxItems != maxCustomQueries {
 		t.Errorf("spec.monitoring.customQueries allows %v items; the policy checks %d", queries.MaxItems, maxCustomQueries)
 	}
-	covered := append(slices.Clone(SecretReferencePaths), "spec.?monitoring.?customQueries[].?secret.?name")
+	covered := append(slices.Clone(SecretReferencePaths), "spec.?monitoring.?customQueries[].?secret.?name", "spec.?roles[].?passwordSecret.?name")
 	for _, path := range found {
 		if !slices.Contains(covered, path) {
 			t.Errorf("the schema names a Secret at %s, which the admission policy does not check", path)

@@ -82,6 +82,9 @@ var _ = Describe("Admission policies", Ordered, func() {
 					Bucket: "backups", Endpoint: "s3.example.com", CredentialsSecret: corev1.LocalObjectReference{Name: secret.Name}}}
 			},
 			"server certificate": func(c *pgv1.PostgresCluster) { c.Spec.Certificates.ServerTLSSecret = secret.Name },
+			"role password": func(c *pgv1.PostgresCluster) {
+				c.Spec.Roles = []pgv1.ManagedRoleSpec{{Name: "group"}, {Name: "payroll", Login: true, PasswordSecret: &corev1.LocalObjectReference{Name: secret.Name}}}
+			},
 		}
 		// The manager installs the policies as it starts; the first refusal may take a moment.
 		Eventually(func(g Gomega) {
@@ -115,6 +118,10 @@ var _ = Describe("Admission policies", Ordered, func() {
 			for _, name := range names {
 				c.Spec.Monitoring.CustomQueries = append(c.Spec.Monitoring.CustomQueries, pgv1.CustomQueriesSource{Secret: &corev1.SecretKeySelector{
 					LocalObjectReference: corev1.LocalObjectReference{Name: name}, Key: "queries"}})
+			}
+			for i := range pgv1.MaxRolePasswordSecrets {
+				c.Spec.Roles = append(c.Spec.Roles, pgv1.ManagedRoleSpec{Name: fmt.Sprintf("login_%d", i), Login: true,
+					PasswordSecret: &corev1.LocalObjectReference{Name: names[i%len(names)]}})
 			}
 		})
 		Expect(admin.Create(ctx, many)).To(Succeed())

@@ -64,13 +64,14 @@ func (a *Agent) rolesState() *agentapi.RolesState {
 	return &agentapi.RolesState{Fingerprint: held.Fingerprint, Report: a.managed.report.Load().ID()}
 }
 
-// checkRoleDrift starts a pass over the declared roles when the last is RolesDriftInterval old.
+// checkRoleDrift starts a pass over the declared roles when the last is RolesDriftInterval old,
+// or none ran yet for a set taken before the supervisor loop started.
 func (a *Agent) checkRoleDrift(now time.Time) {
 	interval := a.Options.RolesDriftInterval
 	if interval == 0 {
 		interval = agentapi.RolesDriftInterval
 	}
-	if last := a.managed.lastPass.Load(); last != nil && now.Sub(*last) >= interval {
+	if last := a.managed.lastPass.Load(); a.heldRoles() != nil && (last == nil || now.Sub(*last) >= interval) {
 		a.startRolesPass()
 	}
 }
