@@ -44,8 +44,10 @@ func TestFrozenPrimaryIsReportedAndKilledByTheFence(t *testing.T) {
 		report = s
 		return err
 	})
-	if took := time.Since(frozenAt); took > agentapi.UnresponsiveAfter+5*time.Second {
-		t.Errorf("reported unresponsive %s after the freeze, want within %s and a tick or two", took, agentapi.UnresponsiveAfter)
+	// A main loop held by the apply took a minute before it was bounded; a bounded one reports in
+	// about 6 s here alone, and took 12.8 s in the 18 image beside CI's OLM phase on 2 cores.
+	if took := time.Since(frozenAt); took > agentapi.UnresponsiveAfter+15*time.Second {
+		t.Errorf("reported unresponsive %s after the freeze, want within %s and a few ticks", took, agentapi.UnresponsiveAfter)
 	}
 	if report.Role != agentapi.RolePrimary {
 		t.Errorf("unresponsive report %+v: role %q, want primary", report, report.Role)
@@ -110,7 +112,9 @@ func TestFrozenPrimaryIsReportedWhileNewCredentialsWait(t *testing.T) {
 		}
 		return err
 	})
-	if took := time.Since(frozenAt); took > agentapi.UnresponsiveAfter+5*time.Second {
-		t.Errorf("reported unresponsive %s after the freeze, want within %s and a tick or two", took, agentapi.UnresponsiveAfter)
+	// A main loop held by the apply took a minute before it was bounded; a bounded one reports in
+	// about 6 s here alone, and took 12.8 s in the 18 image beside CI's OLM phase on 2 cores.
+	if took := time.Since(frozenAt); took > agentapi.UnresponsiveAfter+15*time.Second {
+		t.Errorf("reported unresponsive %s after the freeze, want within %s and a few ticks", took, agentapi.UnresponsiveAfter)
 	}
 }
