@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -63,13 +62,13 @@ func (r *PostgresClusterReconciler) ensureManagedRoles(ctx context.Context, s *s
 	if report.Roles != nil {
 		held = report.Roles.Fingerprint
 	}
-	seen := r.memory().roles.get(key)
-	if seen.due(pgbuilder.RolesSpecHash(c), held, time.Now()) {
+	seen, specHash := r.memory().roles.get(key), pgbuilder.RolesSpecHash(c)
+	if seen.due(specHash, held, time.Now()) {
 		req, problems, err := r.rolesRequest(ctx, c)
 		if err != nil {
 			return nil, err
 		}
-		seen = rolesSeen{specHash: pgbuilder.RolesSpecHash(c), fingerprint: req.Fingerprint, readAt: time.Now(), problems: problems}
+		seen = rolesSeen{specHash: specHash, fingerprint: req.Fingerprint, readAt: time.Now(), problems: problems}
 		r.memory().roles.set(key, seen)
 		if held != req.Fingerprint {
 			err := r.rolesAgents().ApplyRoles(ctx, r.endpoint(s, pod), req)
@@ -200,5 +199,5 @@ func (m *rolesMemory) set(key types.NamespacedName, seen rolesSeen) {
 func (m *rolesMemory) forget(key types.NamespacedName) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	maps.DeleteFunc(m.seen, func(k types.NamespacedName, _ rolesSeen) bool { return k == key })
+	delete(m.seen, key)
 }

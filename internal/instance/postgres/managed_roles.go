@@ -47,7 +47,7 @@ func ReconcileRoles(ctx context.Context, conn *pgx.Conn, req agentapi.RolesReque
 				continue
 			}
 			statements += len(phase(plan))
-			failed[i] = applyRolePlan(ctx, conn, phase(plan))
+			failed[i] = execUnlogged(ctx, conn, phase(plan)...) // a password's verifier may be among them
 		}
 	}
 	results := make([]agentapi.RoleResult, len(req.Roles))
@@ -74,23 +74,6 @@ func nonEmpty(s string) []string {
 		return nil
 	}
 	return []string{s}
-}
-
-// applyRolePlan runs statements in one transaction that logs none of them: a password's verifier
-// may be among them.
-func applyRolePlan(ctx context.Context, conn *pgx.Conn, statements []string) error {
-	return pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, "SET LOCAL log_statement = 'none'; SET LOCAL log_min_duration_statement = -1; "+
-			"SET LOCAL log_min_error_statement = 'panic'"); err != nil {
-			return err
-		}
-		for _, statement := range statements {
-			if _, err := tx.Exec(ctx, statement); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
 }
 
 func roleRulesOf(ctx context.Context, conn *pgx.Conn, forbidden []string) (roleRules, error) {

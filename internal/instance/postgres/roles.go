@@ -88,16 +88,21 @@ var rewindFunctions = []string{
 	"pg_catalog.pg_read_binary_file(text, bigint, bigint, boolean)",
 }
 
-// execUnlogged runs a statement that carries a secret where the server logs no statement: not
-// by log_statement, log_min_duration_statement nor, should it fail, log_min_error_statement.
-func execUnlogged(ctx context.Context, conn *pgx.Conn, stmt string) error {
+// execUnlogged runs statements that may carry a secret, in one transaction where the server logs
+// none of them: not by log_statement, log_min_duration_statement nor, should one fail,
+// log_min_error_statement.
+func execUnlogged(ctx context.Context, conn *pgx.Conn, statements ...string) error {
 	return pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, "SET LOCAL log_statement = 'none'; SET LOCAL log_min_duration_statement = -1; "+
 			"SET LOCAL log_min_error_statement = 'panic'"); err != nil {
 			return err
 		}
-		_, err := tx.Exec(ctx, stmt)
-		return err
+		for _, statement := range statements {
+			if _, err := tx.Exec(ctx, statement); err != nil {
+				return err
+			}
+		}
+		return nil
 	})
 }
 
