@@ -351,19 +351,19 @@ func FetchFollowKit(ctx context.Context, e Endpoint) (io.ReadCloser, error) {
 	return resp.Body, nil
 }
 
-// ApplyRoles gives the primary's agent the managed roles, which it applies in the background;
+// ApplyCatalog gives the primary's agent the managed roles, which it applies in the background;
 // ErrWrongRole from a standby, ErrNotSupported from an agent of a release without managed roles.
-func (h HTTPClient) ApplyRoles(ctx context.Context, e Endpoint, req RolesRequest) error {
-	if err := h.call(ctx, e, http.MethodPut, PathRoles, req, http.StatusAccepted, nil); err != nil {
+func (h HTTPClient) ApplyCatalog(ctx context.Context, e Endpoint, req CatalogRequest) error {
+	if err := h.call(ctx, e, http.MethodPut, PathCatalog, req, http.StatusAccepted, nil); err != nil {
 		return fmt.Errorf("apply roles: %w", notFoundAs(conflictAs(err, ErrWrongRole), ErrNotSupported))
 	}
 	return nil
 }
 
-// RolesReport is the primary's latest report on the managed roles; nil before it was given any.
-func (h HTTPClient) RolesReport(ctx context.Context, e Endpoint) (*RolesReport, error) {
-	report := &RolesReport{}
-	known, err := h.getKnown(ctx, e, PathRoles, report)
+// CatalogReport is the primary's latest report on the managed roles; nil before it was given any.
+func (h HTTPClient) CatalogReport(ctx context.Context, e Endpoint) (*CatalogReport, error) {
+	report := &CatalogReport{}
+	known, err := h.getKnown(ctx, e, PathCatalog, report)
 	if err != nil {
 		return nil, fmt.Errorf("roles report: %w", err)
 	}

@@ -125,9 +125,9 @@ type Status struct {
 	// may stream (and from agents older than these fields).
 	DetachedFrom   string `json:"detachedFrom,omitempty"`
 	DetachedMillis int64  `json:"detachedMillis,omitempty"`
-	// Roles, on a primary given managed roles, says which set it holds and which report is its
-	// latest (PathRoles).
-	Roles *RolesState `json:"roles,omitempty"`
+	// Catalog, on a primary given managed roles and databases, says which set it holds and which report is its
+	// latest (PathCatalog).
+	Catalog *CatalogState `json:"catalog,omitempty"`
 	// Streaming is true on a replica whose WAL receiver streams from the primary.
 	Streaming bool `json:"streaming"`
 	// PendingRestart lists settings changed in the files that take effect only on a restart.

@@ -553,11 +553,11 @@ type PostgresClusterStatus struct {
 	// +operator-sdk:csv:customresourcedefinitions:type=status,displayName="Roles",order=20
 	Roles []ManagedRoleStatus `json:"roles,omitempty"`
 
-	// The managed roles the primary's agent last reported on (their declaration and their
-	// Secrets' versions, never a password), and the report's generation.
+	// The managed roles and databases the primary's agent last reported on (their declaration
+	// and their Secrets' versions, never a password), and the report's generation.
 	// +optional
-	// +operator-sdk:csv:customresourcedefinitions:type=status,displayName="Roles Reported",xDescriptors={"urn:alm:descriptor:com.tectonic.ui:hidden"},order=21
-	RolesReported string `json:"rolesReported,omitempty"`
+	// +operator-sdk:csv:customresourcedefinitions:type=status,displayName="Catalog Reported",xDescriptors={"urn:alm:descriptor:com.tectonic.ui:hidden"},order=21
+	CatalogReported string `json:"catalogReported,omitempty"`
 }
 
 // InstanceStatus is one instance as its agent reported it.

@@ -40,9 +40,9 @@ func RoleSecretNames(c *pgv1.PostgresCluster) []string {
 // secrets (by name; a missing one is absent). problems says, by role, why its password is kept
 // as the server has it. The fingerprint covers the declarations and the Secrets' versions, never
 // a password.
-func BuildRolesRequest(c *pgv1.PostgresCluster, secrets map[string]*corev1.Secret) (req agentapi.RolesRequest, problems map[string]string) {
+func BuildRolesRequest(c *pgv1.PostgresCluster, secrets map[string]*corev1.Secret) (req agentapi.CatalogRequest, problems map[string]string) {
 	problems = map[string]string{}
-	req = agentapi.RolesRequest{Roles: []agentapi.ManagedRole{}, Forbidden: []string{c.Spec.Bootstrap.InitDB.Owner}}
+	req = agentapi.CatalogRequest{Roles: []agentapi.ManagedRole{}, Forbidden: []string{c.Spec.Bootstrap.InitDB.Owner}}
 	versions := map[string]string{}
 	for _, spec := range c.Spec.Roles {
 		role := agentapi.ManagedRole{Name: spec.Name, Absent: spec.Ensure == pgv1.RoleAbsent, Login: spec.Login,
@@ -81,7 +81,7 @@ func rolePassword(secret *corev1.Secret, name, role string) (string, string) {
 	return string(secret.Data[corev1.BasicAuthPasswordKey]), ""
 }
 
-func rolesFingerprint(req agentapi.RolesRequest, secretVersions map[string]string) string {
+func rolesFingerprint(req agentapi.CatalogRequest, secretVersions map[string]string) string {
 	withoutPasswords := slices.Clone(req.Roles)
 	for i := range withoutPasswords {
 		withoutPasswords[i].Password = nil

@@ -66,7 +66,7 @@ func TestBuildRolesRequest(t *testing.T) {
 	if same.Fingerprint != req.Fingerprint {
 		t.Errorf("the fingerprint moved with the password alone")
 	}
-	for name, other := range map[string]agentapi.RolesRequest{"rotated": rotated, "gone secret": goneSecret, "redeclared": redeclared} {
+	for name, other := range map[string]agentapi.CatalogRequest{"rotated": rotated, "gone secret": goneSecret, "redeclared": redeclared} {
 		if other.Fingerprint == req.Fingerprint {
 			t.Errorf("%s: the fingerprint did not move", name)
 		}

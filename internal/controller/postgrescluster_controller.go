@@ -75,8 +75,8 @@ type PostgresClusterReconciler struct {
 	Agents AgentClient
 	// UpgradeAgents runs major upgrades on the instance agents; nil means agentapi.HTTPClient.
 	UpgradeAgents MajorUpgradeAgents
-	// RolesAgents applies managed roles on the primary's agent; nil means agentapi.HTTPClient.
-	RolesAgents RolesAgents
+	// CatalogAgents applies managed roles on the primary's agent; nil means agentapi.HTTPClient.
+	CatalogAgents CatalogAgents
 	// RefusalBackoff is how long a cluster whose children the API server refused for good holds
 	// back its writes; zero means defaultRefusalBackoff.
 	RefusalBackoff time.Duration

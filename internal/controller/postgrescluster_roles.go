@@ -22,7 +22,7 @@ import (
 // primary's agent that is slow to apply never holds the children or failover. The operator
 // sends the primary's agent the declared roles only when they, or their Secrets, changed since
 // it last did, or when the primary holds another set (a new primary after a failover); it reads
-// the agent's report only when the agent says it moved (Status.Roles). The role Secrets are the
+// the agent's report only when the agent says it moved (Status.Catalog). The role Secrets are the
 // user's, outside the label-scoped cache: they are read from the API server when the spec
 // changed, when the primary needs the set, and otherwise once a rolesSecretsInterval, the delay
 // of a password rotation.
@@ -30,15 +30,15 @@ import (
 // rolesSecretsInterval is how often the role Secrets are read for a rotation.
 const rolesSecretsInterval = time.Minute
 
-// RolesAgents are what managed roles ask of the primary's agent.
-type RolesAgents interface {
-	ApplyRoles(ctx context.Context, e agentapi.Endpoint, req agentapi.RolesRequest) error
-	RolesReport(ctx context.Context, e agentapi.Endpoint) (*agentapi.RolesReport, error)
+// CatalogAgents are what managed roles ask of the primary's agent.
+type CatalogAgents interface {
+	ApplyCatalog(ctx context.Context, e agentapi.Endpoint, req agentapi.CatalogRequest) error
+	CatalogReport(ctx context.Context, e agentapi.Endpoint) (*agentapi.CatalogReport, error)
 }
 
-func (r *PostgresClusterReconciler) rolesAgents() RolesAgents {
-	if r.RolesAgents != nil {
-		return r.RolesAgents
+func (r *PostgresClusterReconciler) catalogAgents() CatalogAgents {
+	if r.CatalogAgents != nil {
+		return r.CatalogAgents
 	}
 	return agentapi.HTTPClient{}
 }
@@ -59,8 +59,8 @@ func (r *PostgresClusterReconciler) ensureManagedRoles(ctx context.Context, s *s
 	}
 	key := types.NamespacedName{Namespace: c.Namespace, Name: c.Name}
 	held := ""
-	if report.Roles != nil {
-		held = report.Roles.Fingerprint
+	if report.Catalog != nil {
+		held = report.Catalog.Fingerprint
 	}
 	seen, specHash := r.memory().roles.get(key), pgbuilder.RolesSpecHash(c)
 	if seen.due(specHash, held, time.Now()) {
@@ -71,7 +71,7 @@ func (r *PostgresClusterReconciler) ensureManagedRoles(ctx context.Context, s *s
 		seen = rolesSeen{specHash: specHash, fingerprint: req.Fingerprint, readAt: time.Now(), problems: problems}
 		r.memory().roles.set(key, seen)
 		if held != req.Fingerprint {
-			err := r.rolesAgents().ApplyRoles(ctx, r.endpoint(s, pod), req)
+			err := r.catalogAgents().ApplyCatalog(ctx, r.endpoint(s, pod), req)
 			if errors.Is(err, agentapi.ErrNotSupported) {
 				r.setRolesStatus(s, pendingRoles(c, "the primary's agent predates managed roles: it applies them once it runs this release"))
 				return nil, nil
@@ -82,8 +82,8 @@ func (r *PostgresClusterReconciler) ensureManagedRoles(ctx context.Context, s *s
 			return nil, nil // the agent's status says when its report moved
 		}
 	}
-	if report.Roles != nil && report.Roles.Report != "" && report.Roles.Report != c.Status.RolesReported {
-		answer, err := r.rolesAgents().RolesReport(ctx, r.endpoint(s, pod))
+	if report.Catalog != nil && report.Catalog.Report != "" && report.Catalog.Report != c.Status.CatalogReported {
+		answer, err := r.catalogAgents().CatalogReport(ctx, r.endpoint(s, pod))
 		if err != nil {
 			return nil, err
 		}
@@ -95,7 +95,7 @@ func (r *PostgresClusterReconciler) ensureManagedRoles(ctx context.Context, s *s
 }
 
 // rolesRequest reads the role Secrets and builds the set to send.
-func (r *PostgresClusterReconciler) rolesRequest(ctx context.Context, c *pgv1.PostgresCluster) (agentapi.RolesRequest, map[string]string, error) {
+func (r *PostgresClusterReconciler) rolesRequest(ctx context.Context, c *pgv1.PostgresCluster) (agentapi.CatalogRequest, map[string]string, error) {
 	secrets := map[string]*corev1.Secret{}
 	for _, name := range pgbuilder.RoleSecretNames(c) {
 		secret := &corev1.Secret{}
@@ -104,7 +104,7 @@ func (r *PostgresClusterReconciler) rolesRequest(ctx context.Context, c *pgv1.Po
 			continue
 		}
 		if err != nil {
-			return agentapi.RolesRequest{}, nil, fmt.Errorf("get role secret %s: %w", name, err)
+			return agentapi.CatalogRequest{}, nil, fmt.Errorf("get role secret %s: %w", name, err)
 		}
 		secrets[name] = secret
 	}
@@ -114,7 +114,7 @@ func (r *PostgresClusterReconciler) rolesRequest(ctx context.Context, c *pgv1.Po
 
 // rolesStatus is status.roles from the agent's report and the Secrets' problems; a problem is
 // the role's message unless the server had something to say.
-func rolesStatus(report *agentapi.RolesReport, problems map[string]string) rolesOutcome {
+func rolesStatus(report *agentapi.CatalogReport, problems map[string]string) rolesOutcome {
 	out := rolesOutcome{reported: report.ID()}
 	for _, result := range report.Roles {
 		st := pgv1.ManagedRoleStatus{Name: result.Name, State: result.State, Changed: result.Changed, Message: result.Message}
@@ -152,16 +152,16 @@ func (r *PostgresClusterReconciler) setRolesStatus(s *scope, out rolesOutcome) {
 		switch {
 		case !news:
 		case st.State == agentapi.RoleDrift:
-			r.event(s.cluster, nil, corev1.EventTypeWarning, "RoleDrift", "ApplyRoles", "role %s was changed by hand and put back: %v", st.Name, st.Changed)
+			r.event(s.cluster, nil, corev1.EventTypeWarning, "RoleDrift", "ApplyCatalog", "role %s was changed by hand and put back: %v", st.Name, st.Changed)
 		case st.State == agentapi.RoleError:
-			r.event(s.cluster, nil, corev1.EventTypeWarning, "RoleFailed", "ApplyRoles", "role %s: %s", st.Name, st.Message)
+			r.event(s.cluster, nil, corev1.EventTypeWarning, "RoleFailed", "ApplyCatalog", "role %s: %s", st.Name, st.Message)
 		case st.Message != "":
-			r.event(s.cluster, nil, corev1.EventTypeWarning, "RolePasswordKept", "ApplyRoles", "role %s: %s", st.Name, st.Message)
+			r.event(s.cluster, nil, corev1.EventTypeWarning, "RolePasswordKept", "ApplyCatalog", "role %s: %s", st.Name, st.Message)
 		case len(st.Changed) > 0:
-			r.event(s.cluster, nil, corev1.EventTypeNormal, "RoleApplied", "ApplyRoles", "role %s: %v", st.Name, st.Changed)
+			r.event(s.cluster, nil, corev1.EventTypeNormal, "RoleApplied", "ApplyCatalog", "role %s: %v", st.Name, st.Changed)
 		}
 	}
-	s.cluster.Status.Roles, s.cluster.Status.RolesReported = out.roles, out.reported
+	s.cluster.Status.Roles, s.cluster.Status.CatalogReported = out.roles, out.reported
 }
 
 // rolesSeen is what the operator last sent a cluster's primary.

@@ -18,17 +18,17 @@ import (
 
 // fakeRolesAgent is the primary's agent as the roles lane sees it.
 type fakeRolesAgent struct {
-	applied []agentapi.RolesRequest
-	report  *agentapi.RolesReport
+	applied []agentapi.CatalogRequest
+	report  *agentapi.CatalogReport
 	reads   int
 }
 
-func (f *fakeRolesAgent) ApplyRoles(_ context.Context, _ agentapi.Endpoint, req agentapi.RolesRequest) error {
+func (f *fakeRolesAgent) ApplyCatalog(_ context.Context, _ agentapi.Endpoint, req agentapi.CatalogRequest) error {
 	f.applied = append(f.applied, req)
 	return nil
 }
 
-func (f *fakeRolesAgent) RolesReport(context.Context, agentapi.Endpoint) (*agentapi.RolesReport, error) {
+func (f *fakeRolesAgent) CatalogReport(context.Context, agentapi.Endpoint) (*agentapi.CatalogReport, error) {
 	f.reads++
 	return f.report, nil
 }
@@ -55,11 +55,11 @@ func TestEnsureManagedRolesSendsAndReadsOnlyWhatMoved(t *testing.T) {
 	reader := &countingReader{Reader: apiServer}
 	agent := &fakeRolesAgent{}
 	recorder := events.NewFakeRecorder(10)
-	r := &PostgresClusterReconciler{APIReader: reader, RolesAgents: agent, Recorder: recorder}
+	r := &PostgresClusterReconciler{APIReader: reader, CatalogAgents: agent, Recorder: recorder}
 	cluster := testCluster(2)
 	cluster.Spec.Bootstrap.InitDB.Owner = "app"
 	cluster.Spec.Roles = []pgv1.ManagedRoleSpec{{Name: "reader", Login: true, PasswordSecret: &corev1.LocalObjectReference{Name: "reader-pw"}}}
-	held := &agentapi.RolesState{}
+	held := &agentapi.CatalogState{}
 	pass := func() {
 		t.Helper()
 		s := newScope(cluster)
@@ -67,7 +67,7 @@ func TestEnsureManagedRolesSendsAndReadsOnlyWhatMoved(t *testing.T) {
 		s.observed.Pods = []corev1.Pod{testPod("db-0", "", true)}
 		report := *primaryReport
 		if held.Fingerprint != "" {
-			report.Roles = held
+			report.Catalog = held
 		}
 		s.observed.Reports = map[string]*agentapi.Status{"db-0": &report}
 		if stop, err := r.ensureManagedRoles(context.Background(), s); stop != nil || err != nil {
@@ -83,12 +83,12 @@ func TestEnsureManagedRolesSendsAndReadsOnlyWhatMoved(t *testing.T) {
 	fingerprint := agent.applied[0].Fingerprint
 	held.Fingerprint = fingerprint
 	pass() // the agent holds the set, no report yet
-	agent.report = &agentapi.RolesReport{Fingerprint: fingerprint, Generation: 1,
+	agent.report = &agentapi.CatalogReport{Fingerprint: fingerprint, Generation: 1,
 		Roles: []agentapi.RoleResult{{Name: "reader", State: agentapi.RoleApplied, Changed: []string{"created"}}}}
 	held.Report = agent.report.ID()
 	pass()
-	if got := cluster.Status.Roles; len(got) != 1 || got[0].State != agentapi.RoleApplied || cluster.Status.RolesReported != held.Report {
-		t.Fatalf("status %+v, reported %q", got, cluster.Status.RolesReported)
+	if got := cluster.Status.Roles; len(got) != 1 || got[0].State != agentapi.RoleApplied || cluster.Status.CatalogReported != held.Report {
+		t.Fatalf("status %+v, reported %q", got, cluster.Status.CatalogReported)
 	}
 	if event := <-recorder.Events; event != "Normal RoleApplied role reader: [created]" {
 		t.Errorf("event %q", event)
@@ -114,7 +114,7 @@ func TestEnsureManagedRolesSendsAndReadsOnlyWhatMoved(t *testing.T) {
 		t.Fatalf("after the Secret's deletion: applied %+v", agent.applied)
 	}
 	held.Fingerprint = agent.applied[1].Fingerprint
-	agent.report = &agentapi.RolesReport{Fingerprint: held.Fingerprint, Generation: 2,
+	agent.report = &agentapi.CatalogReport{Fingerprint: held.Fingerprint, Generation: 2,
 		Roles: []agentapi.RoleResult{{Name: "reader", State: agentapi.RoleApplied}}}
 	held.Report = agent.report.ID()
 	pass()

@@ -36,9 +36,9 @@ type Options struct {
 	// DetachHold is how long a standby stays detached without a new order; zero means
 	// agentapi.DetachHold.
 	DetachHold time.Duration
-	// RolesDriftInterval is how often the primary goes over its managed roles again; zero means
-	// agentapi.RolesDriftInterval.
-	RolesDriftInterval time.Duration
+	// CatalogDriftInterval is how often the primary goes over its managed roles again; zero means
+	// agentapi.CatalogDriftInterval.
+	CatalogDriftInterval time.Duration
 	// MetricsListenAddress of the metrics endpoint; empty means every address on
 	// Config.MetricsPort.
 	MetricsListenAddress string
@@ -251,7 +251,7 @@ func (a *Agent) supervise(ctx context.Context) error {
 			}
 			lastConfigCheck = now
 			a.syncCredentials(ctx)
-			a.checkRoleDrift(now)
+			a.checkCatalogDrift(now)
 			a.reloadRenewedCertificates()
 			if hash := a.configHash(); hash != lastConfig {
 				a.Log.Info("configuration changed, reloading")
@@ -421,7 +421,7 @@ func (a *Agent) serverStatus(ctx context.Context) (*agentapi.Status, error) {
 		status.Metrics = queries.status()
 	}
 	status.LogNotices = a.logNotices()
-	status.Roles = a.rolesState()
+	status.Catalog = a.catalogState()
 	if d := a.detachment(); d != nil && status.Role == agentapi.RoleReplica {
 		d.report(status, time.Now())
 	}

@@ -107,8 +107,8 @@ func NewHandler(checks Checks, token func() string) http.Handler {
 	if upgrades, ok := checks.(MajorUpgrades); ok {
 		handleMajorUpgrades(mux, upgrades, token)
 	}
-	if roles, ok := checks.(ManagedRoles); ok {
-		handleManagedRoles(mux, roles, token)
+	if roles, ok := checks.(ManagedCatalog); ok {
+		handleManagedCatalog(mux, roles, token)
 	}
 	return mux
 }

@@ -16,7 +16,7 @@ import (
 // role whose declaration is the one settled in an earlier pass and that needed changes drifted:
 // someone changed it by hand. It returns each role's result and how many statements ran (none
 // when the server already has every role as declared).
-func ReconcileRoles(ctx context.Context, conn *pgx.Conn, req agentapi.RolesRequest, settled map[string]bool) ([]agentapi.RoleResult, int, error) {
+func ReconcileRoles(ctx context.Context, conn *pgx.Conn, req agentapi.CatalogRequest, settled map[string]bool) ([]agentapi.RoleResult, int, error) {
 	rules, err := roleRulesOf(ctx, conn, req.Forbidden)
 	if err != nil {
 		return nil, 0, err

@@ -43,7 +43,7 @@ var serverRoles = []string{"pg_execute_server_program", "pg_read_server_files", 
 
 // roleRules are what the pass checks a declared role against before planning it.
 type roleRules struct {
-	// Forbidden names are the application owner's and the like (RolesRequest.Forbidden).
+	// Forbidden names are the application owner's and the like (CatalogRequest.Forbidden).
 	Forbidden []string
 	// Major is the server's major version: CREATEROLE before 16 may grant itself any role but a
 	// superuser, server-program roles among them.

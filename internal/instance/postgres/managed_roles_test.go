@@ -20,7 +20,7 @@ func TestReconcileRolesCreatesRepairsAndKeepsPasswords(t *testing.T) {
 	inst, admin, log := loggingEveryStatement(t)
 	exec(t, admin, "CREATE ROLE boss SUPERUSER")
 	readerPassword, writerPassword := "Reader-Secret-1", "Writer-Secret-2"
-	request := agentapi.RolesRequest{Forbidden: []string{"app"}, Roles: []agentapi.ManagedRole{
+	request := agentapi.CatalogRequest{Forbidden: []string{"app"}, Roles: []agentapi.ManagedRole{
 		{Name: "reporting", Inherit: true, ConnectionLimit: -1, Comment: "read-only group"},
 		{Name: "reader", Login: true, Inherit: true, ConnectionLimit: 3, InRoles: []string{"reporting", "pg_read_all_data"}, Password: &readerPassword},
 		{Name: "writer", Login: true, Inherit: true, ConnectionLimit: -1, Password: &writerPassword},
@@ -61,7 +61,7 @@ func TestReconcileRolesCreatesRepairsAndKeepsPasswords(t *testing.T) {
 	expectNoPasswordLogged(t, inst, log, readerPassword, writerPassword)
 }
 
-func reconcileRoles(t *testing.T, conn *pgx.Conn, request agentapi.RolesRequest, settled map[string]bool, wantStatements int) []agentapi.RoleResult {
+func reconcileRoles(t *testing.T, conn *pgx.Conn, request agentapi.CatalogRequest, settled map[string]bool, wantStatements int) []agentapi.RoleResult {
 	t.Helper()
 	results, statements, err := postgres.ReconcileRoles(context.Background(), conn, request, settled)
 	if err != nil {

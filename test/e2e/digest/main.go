@@ -70,17 +70,20 @@ func digest(w io.Writer, path string) (int, error) {
 	return failed, nil
 }
 
+// writeFailure puts the spec's failure message last: a log's reader often sees only its last
+// twenty lines, and the events and logs of the entry mean little without the message.
 func writeFailure(w io.Writer, spec types.SpecReport) {
+	for _, entry := range spec.ReportEntries {
+		if entry.Name == entryName {
+			fmt.Fprintf(w, "--- what the cluster said while %q failed:\n", spec.LeafNodeText)
+			writeCapped(w, entry.StringRepresentation(), entryLines)
+		}
+	}
 	fmt.Fprintf(w, "--- [%s] %s\n", spec.State, spec.FullText())
 	location := spec.Failure.Location
 	fmt.Fprintf(w, "    at %s:%d after %s\n", filepath.Base(location.FileName), location.LineNumber,
 		spec.RunTime.Round(1e9))
 	writeCapped(w, spec.Failure.Message, messageLines)
-	for _, entry := range spec.ReportEntries {
-		if entry.Name == entryName {
-			writeCapped(w, entry.StringRepresentation(), entryLines)
-		}
-	}
 }
 
 func writeCapped(w io.Writer, text string, lines int) {

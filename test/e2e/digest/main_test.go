@@ -60,6 +60,9 @@ func TestDigestPrintsFailuresWithTheirDigestEntryOnly(t *testing.T) {
 			t.Errorf("digest lacks %q:\n%s", want, text)
 		}
 	}
+	if strings.Index(text, "cluster noclass phase") > strings.Index(text, "InstancesUnschedulable") {
+		t.Errorf("the failure message should come after what the cluster said:\n%s", text)
+	}
 	for _, unwanted := range []string{"passes", "not in the digest", "line\n"} {
 		if strings.Contains(text, unwanted) {
 			t.Errorf("digest has %q:\n%s", unwanted, text)

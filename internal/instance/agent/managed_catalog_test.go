@@ -22,13 +22,13 @@ func TestManagedRolesAppliedInTheBackgroundAndDriftRepaired(t *testing.T) {
 	leases := pgtest.NewMemoryLeases("db-0")
 	primaryInst, standbyInst := pgtest.NewInstance(t, "db-0"), pgtest.NewInstance(t, "db-1")
 	primary := pgtest.StartAgent(t, agentConfig(t, "db-0", primaryInst, primaryInst.Port), primaryInst, leases,
-		func(o *agent.Options) { o.RolesDriftInterval = 500 * time.Millisecond })
+		func(o *agent.Options) { o.CatalogDriftInterval = 500 * time.Millisecond })
 	standby := pgtest.StartAgent(t, agentConfig(t, "db-1", standbyInst, primaryInst.Port), standbyInst, leases)
 	waitReady(t, primary)
 	waitReady(t, standby)
 
 	password := "reader-pw"
-	req := agentapi.RolesRequest{Fingerprint: "f1", Forbidden: []string{"app"}, Roles: []agentapi.ManagedRole{
+	req := agentapi.CatalogRequest{Fingerprint: "f1", Forbidden: []string{"app"}, Roles: []agentapi.ManagedRole{
 		{Name: "reader", Login: true, Inherit: true, ConnectionLimit: -1, InRoles: []string{"pg_read_all_data"}, Password: &password},
 	}}
 	if code, body := putRoles(t, standby, req); code != http.StatusConflict {
@@ -37,7 +37,7 @@ func TestManagedRolesAppliedInTheBackgroundAndDriftRepaired(t *testing.T) {
 	if code, body := putRoles(t, primary, req); code != http.StatusAccepted {
 		t.Fatalf("the primary answered %d %s, want 202", code, body)
 	}
-	report := waitRolesReport(t, primary, func(r *agentapi.RolesReport) error {
+	report := waitRolesReport(t, primary, func(r *agentapi.CatalogReport) error {
 		if r.Fingerprint != "f1" || r.Roles[0].State != agentapi.RoleApplied {
 			return fmt.Errorf("report %+v", r)
 		}
@@ -61,7 +61,7 @@ func TestManagedRolesAppliedInTheBackgroundAndDriftRepaired(t *testing.T) {
 	if _, err := admin.Exec(context.Background(), "ALTER ROLE reader NOLOGIN"); err != nil {
 		t.Fatal(err)
 	}
-	waitRolesReport(t, primary, func(r *agentapi.RolesReport) error {
+	waitRolesReport(t, primary, func(r *agentapi.CatalogReport) error {
 		if r.Roles[0].State != agentapi.RoleDrift || r.Roles[0].Changed[0] != "login" {
 			return fmt.Errorf("report %+v, want reader's login put back", r)
 		}
@@ -70,7 +70,7 @@ func TestManagedRolesAppliedInTheBackgroundAndDriftRepaired(t *testing.T) {
 	if err := login(); err != nil {
 		t.Fatalf("after the drift was repaired: %v", err)
 	}
-	waitRolesReport(t, primary, func(r *agentapi.RolesReport) error {
+	waitRolesReport(t, primary, func(r *agentapi.CatalogReport) error {
 		if r.Statements != 0 || r.Roles[0].State != agentapi.RoleApplied || len(r.Roles[0].Changed) != 0 {
 			return fmt.Errorf("report %+v, want a pass of no statement", r)
 		}
@@ -78,10 +78,10 @@ func TestManagedRolesAppliedInTheBackgroundAndDriftRepaired(t *testing.T) {
 	})
 }
 
-func putRoles(t *testing.T, r *pgtest.RunningAgent, req agentapi.RolesRequest) (int, string) {
+func putRoles(t *testing.T, r *pgtest.RunningAgent, req agentapi.CatalogRequest) (int, string) {
 	t.Helper()
 	body, _ := json.Marshal(req)
-	httpReq, _ := http.NewRequest(http.MethodPut, r.URL+agentapi.PathRoles, bytes.NewReader(body))
+	httpReq, _ := http.NewRequest(http.MethodPut, r.URL+agentapi.PathCatalog, bytes.NewReader(body))
 	httpReq.Header.Set("Authorization", "Bearer "+token)
 	code, answer, err := do(httpReq)
 	if err != nil {
@@ -91,24 +91,24 @@ func putRoles(t *testing.T, r *pgtest.RunningAgent, req agentapi.RolesRequest) (
 }
 
 // waitRolesReport waits for the report the agent's status names to satisfy check.
-func waitRolesReport(t *testing.T, r *pgtest.RunningAgent, check func(*agentapi.RolesReport) error) *agentapi.RolesReport {
+func waitRolesReport(t *testing.T, r *pgtest.RunningAgent, check func(*agentapi.CatalogReport) error) *agentapi.CatalogReport {
 	t.Helper()
-	var report agentapi.RolesReport
+	var report agentapi.CatalogReport
 	pgtest.Eventually(t, "the roles report", func() error {
 		s, err := status(r)
-		if err != nil || s.Roles == nil || s.Roles.Report == "" {
+		if err != nil || s.Catalog == nil || s.Catalog.Report == "" {
 			return fmt.Errorf("status %+v (%v): no report", s, err)
 		}
-		code, body, err := get(r.URL+agentapi.PathRoles, token)
+		code, body, err := get(r.URL+agentapi.PathCatalog, token)
 		if err != nil || code != http.StatusOK {
 			return fmt.Errorf("%d %s (%v)", code, body, err)
 		}
-		report = agentapi.RolesReport{}
+		report = agentapi.CatalogReport{}
 		if err := json.Unmarshal([]byte(body), &report); err != nil {
 			return err
 		}
-		if report.ID() != s.Roles.Report && report.Generation < 1 {
-			return fmt.Errorf("report %s, status names %s", report.ID(), s.Roles.Report)
+		if report.ID() != s.Catalog.Report && report.Generation < 1 {
+			return fmt.Errorf("report %s, status names %s", report.ID(), s.Catalog.Report)
 		}
 		return check(&report)
 	})

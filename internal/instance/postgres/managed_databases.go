@@ -1,0 +1,307 @@
+package postgres
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/pgpilot/pgpilot-operator/api/agentapi"
+)
+
+// ReconcileDatabases brings the server's databases, and their declared schemas and extensions,
+// in line with req.Databases: each database, schema and extension in its own statements, so that
+// one the server refuses is reported and the others are applied all the same. conn is to the
+// postgres database; connect opens one to each managed database for its schemas and extensions.
+// A database whose declaration is the one settled in an earlier pass and that needed changes
+// drifted. It returns each database's result and how many statements ran.
+func ReconcileDatabases(ctx context.Context, conn *pgx.Conn, connect Connector, req agentapi.CatalogRequest, settled map[string]bool) ([]agentapi.DatabaseResult, int, error) {
+	var names, owners []string
+	for _, db := range req.Databases {
+		names, owners = append(names, db.Name), append(owners, db.Owner)
+		for _, schema := range db.Schemas {
+			owners = append(owners, schema.Owner)
+		}
+	}
+	roles, err := existingRoleNames(ctx, conn, owners)
+	if err != nil {
+		return nil, 0, err
+	}
+	existing, err := readDatabases(ctx, conn, names)
+	if err != nil {
+		return nil, 0, err
+	}
+	results := make([]agentapi.DatabaseResult, len(req.Databases))
+	statements := 0
+	for i, want := range req.Databases {
+		plan := planDatabase(want, existing[want.Name], roles, req.Forbidden)
+		result, n := applyDatabasePlan(ctx, conn, want.Name, plan)
+		statements += n
+		if result.State != agentapi.RoleError && !want.Absent {
+			n, err := reconcileDatabaseItems(ctx, connect, want, roles, &result)
+			statements += n
+			if err != nil {
+				result.State, result.Message = agentapi.RoleError, err.Error()
+			}
+		}
+		if settled[want.Name] && result.State == agentapi.RoleApplied && changedAnything(result) {
+			result.State = agentapi.RoleDrift
+		}
+		results[i] = result
+	}
+	return results, statements, nil
+}
+
+// applyDatabasePlan runs the database's own statements; its result's state is Applied, Absent
+// (declared absent and gone) or Error.
+func applyDatabasePlan(ctx context.Context, conn *pgx.Conn, name string, plan databasePlan) (agentapi.DatabaseResult, int) {
+	result := agentapi.DatabaseResult{Name: name, State: agentapi.RoleApplied, Changed: plan.changed}
+	var err error
+	n := 0
+	switch {
+	case plan.refused != "":
+		return agentapi.DatabaseResult{Name: name, State: agentapi.RoleError, Message: plan.refused}, 0
+	case plan.absent:
+		return agentapi.DatabaseResult{Name: name, State: agentapi.ItemAbsent}, 0
+	case plan.create != "":
+		n, err = 1, execOne(ctx, conn, plan.create) // CREATE DATABASE takes no transaction
+	case plan.drop != "":
+		n, err = 1, execOne(ctx, conn, plan.drop)
+	case len(plan.alter) > 0:
+		n, err = len(plan.alter), execAs(ctx, conn, "", plan.alter)
+	}
+	switch {
+	case err != nil:
+		result.State, result.Message = agentapi.RoleError, err.Error()
+	case plan.problem != "":
+		result.State, result.Message = agentapi.RoleError, plan.problem
+	case plan.drop != "":
+		result.State = agentapi.ItemAbsent
+	}
+	return result, n
+}
+
+// reconcileDatabaseItems applies the database's schemas, then its extensions (which may go in a
+// declared schema), over a connection to it, and adds their results to result.
+func reconcileDatabaseItems(ctx context.Context, connect Connector, want agentapi.ManagedDatabase, roles map[string]bool, result *agentapi.DatabaseResult) (int, error) {
+	if len(want.Schemas) == 0 && len(want.Extensions) == 0 {
+		return 0, nil
+	}
+	conn, err := connect(ctx, want.Name)
+	if err != nil {
+		return 0, fmt.Errorf("connect to database %s: %w", want.Name, err)
+	}
+	defer func() { _ = conn.Close(context.Background()) }()
+	schemas, extensions, available, err := readDatabaseItems(ctx, conn, want)
+	if err != nil {
+		return 0, err
+	}
+	statements := 0
+	for _, schema := range want.Schemas {
+		plan := planSchema(schema, schemas[schema.Name], roles)
+		statements += len(plan.statements)
+		result.Schemas = append(result.Schemas, applyItemPlan(ctx, conn, schema.Name, plan))
+	}
+	for _, extension := range want.Extensions {
+		plan := planExtension(extension, extensions[extension.Name], available[extension.Name], want.Owner)
+		statements += len(plan.statements) + len(plan.superuser)
+		result.Extensions = append(result.Extensions, applyItemPlan(ctx, conn, extension.Name, plan))
+	}
+	if item := firstItemError(result); item != "" && result.State == agentapi.RoleApplied {
+		result.State, result.Message = agentapi.RoleError, item
+	}
+	return statements, refreshExtensionVersions(ctx, conn, result)
+}
+
+func applyItemPlan(ctx context.Context, conn *pgx.Conn, name string, plan itemPlan) agentapi.ItemResult {
+	switch {
+	case plan.refused != "":
+		return agentapi.ItemResult{Name: name, State: agentapi.RoleError, Message: plan.refused}
+	case plan.absent:
+		return agentapi.ItemResult{Name: name, State: agentapi.ItemAbsent}
+	case len(plan.statements)+len(plan.superuser) == 0:
+		return agentapi.ItemResult{Name: name, State: agentapi.RoleApplied}
+	}
+	err := execAs(ctx, conn, plan.role, plan.statements)
+	if err == nil && len(plan.superuser) > 0 {
+		err = execAs(ctx, conn, "", plan.superuser)
+	}
+	if err != nil {
+		return agentapi.ItemResult{Name: name, State: agentapi.RoleError, Changed: plan.changed, Message: err.Error()}
+	}
+	if plan.changed[0] == "dropped" {
+		return agentapi.ItemResult{Name: name, State: agentapi.ItemAbsent, Changed: plan.changed}
+	}
+	return agentapi.ItemResult{Name: name, State: agentapi.RoleApplied, Changed: plan.changed}
+}
+
+// refreshExtensionVersions puts the installed version in each applied extension's result.
+func refreshExtensionVersions(ctx context.Context, conn *pgx.Conn, result *agentapi.DatabaseResult) error {
+	if len(result.Extensions) == 0 {
+		return nil
+	}
+	rows, err := conn.Query(ctx, "SELECT extname, extversion FROM pg_extension")
+	if err != nil {
+		return fmt.Errorf("read extensions: %w", err)
+	}
+	versions, err := pgx.CollectRows(rows, pgx.RowToStructByPos[struct{ Name, Version string }])
+	if err != nil {
+		return fmt.Errorf("read extensions: %w", err)
+	}
+	for i := range result.Extensions {
+		for _, v := range versions {
+			if v.Name == result.Extensions[i].Name && result.Extensions[i].State != agentapi.ItemAbsent {
+				result.Extensions[i].Version = v.Version
+			}
+		}
+	}
+	return nil
+}
+
+func firstItemError(result *agentapi.DatabaseResult) string {
+	for _, item := range result.Schemas {
+		if item.State == agentapi.RoleError {
+			return "schema " + item.Name + ": " + item.Message
+		}
+	}
+	for _, item := range result.Extensions {
+		if item.State == agentapi.RoleError {
+			return "extension " + item.Name + ": " + item.Message
+		}
+	}
+	return ""
+}
+
+func changedAnything(result agentapi.DatabaseResult) bool {
+	changed := len(result.Changed) > 0
+	for _, items := range [][]agentapi.ItemResult{result.Schemas, result.Extensions} {
+		for i := range items {
+			if len(items[i].Changed) > 0 {
+				changed = true
+				items[i].State = agentapi.RoleDrift
+			}
+		}
+	}
+	return changed
+}
+
+func execOne(ctx context.Context, conn *pgx.Conn, statement string) error {
+	_, err := conn.Exec(ctx, statement)
+	return err
+}
+
+// execAs runs statements in one transaction, as role when it is set.
+func execAs(ctx context.Context, conn *pgx.Conn, role string, statements []string) error {
+	return pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+		if role != "" {
+			if _, err := tx.Exec(ctx, "SET LOCAL ROLE "+pgx.Identifier{role}.Sanitize()); err != nil {
+				return err
+			}
+		}
+		for _, statement := range statements {
+			if _, err := tx.Exec(ctx, statement); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+func existingRoleNames(ctx context.Context, conn *pgx.Conn, names []string) (map[string]bool, error) {
+	rows, err := conn.Query(ctx, "SELECT rolname FROM pg_roles WHERE rolname = ANY($1)", names)
+	if err != nil {
+		return nil, fmt.Errorf("read roles: %w", err)
+	}
+	found, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("read roles: %w", err)
+	}
+	roles := map[string]bool{}
+	for _, name := range found {
+		roles[name] = true
+	}
+	return roles, nil
+}
+
+func readDatabases(ctx context.Context, conn *pgx.Conn, names []string) (map[string]*existingDatabase, error) {
+	rows, err := conn.Query(ctx, `SELECT datname, pg_get_userbyid(datdba), pg_encoding_to_char(encoding),
+		datcollate, datctype, datconnlimit FROM pg_database WHERE datname = ANY($1)`, names)
+	if err != nil {
+		return nil, fmt.Errorf("read databases: %w", err)
+	}
+	defer rows.Close()
+	databases := map[string]*existingDatabase{}
+	for rows.Next() {
+		var name string
+		db := &existingDatabase{}
+		if err := rows.Scan(&name, &db.Owner, &db.Encoding, &db.Collate, &db.Ctype, &db.ConnectionLimit); err != nil {
+			return nil, fmt.Errorf("read databases: %w", err)
+		}
+		databases[name] = db
+	}
+	return databases, rows.Err()
+}
+
+// readDatabaseItems reads, in the database conn is to, the declared schemas' owners, the
+// installed extensions and what the image ships of the declared ones.
+func readDatabaseItems(ctx context.Context, conn *pgx.Conn, want agentapi.ManagedDatabase) (map[string]*string, map[string]*existingExtension, map[string]*availableExtension, error) {
+	var schemaNames, extensionNames []string
+	for _, s := range want.Schemas {
+		schemaNames = append(schemaNames, s.Name)
+	}
+	for _, e := range want.Extensions {
+		extensionNames = append(extensionNames, e.Name)
+	}
+	var name, owner, version, schema string
+	schemas := map[string]*string{}
+	rows, err := conn.Query(ctx, "SELECT nspname, pg_get_userbyid(nspowner) FROM pg_namespace WHERE nspname = ANY($1)", schemaNames)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("read schemas: %w", err)
+	}
+	_, err = pgx.ForEachRow(rows, []any{&name, &owner}, func() error {
+		schemaOwner := owner
+		schemas[name] = &schemaOwner
+		return nil
+	})
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("read schemas: %w", err)
+	}
+	extensions := map[string]*existingExtension{}
+	rows, err = conn.Query(ctx, `SELECT e.extname, e.extversion, n.nspname FROM pg_extension e
+		JOIN pg_namespace n ON n.oid = e.extnamespace WHERE e.extname = ANY($1)`, extensionNames)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("read extensions: %w", err)
+	}
+	_, err = pgx.ForEachRow(rows, []any{&name, &version, &schema}, func() error {
+		extensions[name] = &existingExtension{Version: version, Schema: schema}
+		return nil
+	})
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("read extensions: %w", err)
+	}
+	available, err := readAvailableExtensions(ctx, conn, extensionNames)
+	return schemas, extensions, available, err
+}
+
+func readAvailableExtensions(ctx context.Context, conn *pgx.Conn, names []string) (map[string]*availableExtension, error) {
+	rows, err := conn.Query(ctx, `SELECT v.name, v.version, v.trusted, a.default_version
+		FROM pg_available_extension_versions v JOIN pg_available_extensions a ON a.name = v.name
+		WHERE v.name = ANY($1)`, names)
+	if err != nil {
+		return nil, fmt.Errorf("read available extensions: %w", err)
+	}
+	defer rows.Close()
+	available := map[string]*availableExtension{}
+	for rows.Next() {
+		var name, version, defaultVersion string
+		var trusted bool
+		if err := rows.Scan(&name, &version, &trusted, &defaultVersion); err != nil {
+			return nil, fmt.Errorf("read available extensions: %w", err)
+		}
+		if available[name] == nil {
+			available[name] = &availableExtension{DefaultVersion: defaultVersion, Trusted: map[string]bool{}}
+		}
+		available[name].Trusted[version] = trusted
+	}
+	return available, rows.Err()
+}
