@@ -50,6 +50,9 @@ type CatalogRequest struct {
 	Roles       []ManagedRole `json:"roles"`
 	// Databases are the cluster's Database objects, each under its PostgreSQL name.
 	Databases []ManagedDatabase `json:"databases,omitempty"`
+	// ForbiddenDatabases are databases no Database may manage besides postgres and the
+	// templates: the application's (its owner and extensions are the bootstrap's).
+	ForbiddenDatabases []string `json:"forbiddenDatabases,omitempty"`
 	// Forbidden are names no managed role may be, nor be a member of, besides ReservedRole's: the
 	// application's owner (its password is the bootstrap Secret's).
 	Forbidden []string `json:"forbidden,omitempty"`

@@ -53,6 +53,7 @@ type DatabaseSpec struct {
 	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9_]+$`
 	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="encoding is set when the database is made and cannot change"
 	// +optional
+	// +operator-sdk:csv:customresourcedefinitions:type=spec,displayName="Encoding",xDescriptors={"urn:alm:descriptor:com.tectonic.ui:text"},order=5
 	Encoding string `json:"encoding,omitempty"`
 
 	// The collation and character classification when the database is made (e.g. C.UTF-8);
@@ -61,12 +62,14 @@ type DatabaseSpec struct {
 	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9_.@-]+$`
 	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="locale is set when the database is made and cannot change"
 	// +optional
+	// +operator-sdk:csv:customresourcedefinitions:type=spec,displayName="Locale",xDescriptors={"urn:alm:descriptor:com.tectonic.ui:text"},order=6
 	Locale string `json:"locale,omitempty"`
 
 	// How many connections the database takes at once; -1 (the default) for no limit.
 	// +kubebuilder:default=-1
 	// +kubebuilder:validation:Minimum=-1
 	// +optional
+	// +operator-sdk:csv:customresourcedefinitions:type=spec,displayName="Connection Limit",xDescriptors={"urn:alm:descriptor:com.tectonic.ui:number"},order=7
 	ConnectionLimit *int32 `json:"connectionLimit,omitempty"`
 
 	// retain (the default) leaves the database and its data when this object is deleted; delete
@@ -81,6 +84,7 @@ type DatabaseSpec struct {
 	// +listType=map
 	// +listMapKey=name
 	// +optional
+	// +operator-sdk:csv:customresourcedefinitions:type=spec,displayName="Schemas",order=8
 	Schemas []DatabaseSchemaSpec `json:"schemas,omitempty"`
 
 	// Extensions pgpilot creates, updates and drops in the database, as its owner: only those
@@ -89,6 +93,7 @@ type DatabaseSpec struct {
 	// +listType=map
 	// +listMapKey=name
 	// +optional
+	// +operator-sdk:csv:customresourcedefinitions:type=spec,displayName="Extensions",order=9
 	Extensions []DatabaseExtensionSpec `json:"extensions,omitempty"`
 }
 
@@ -140,6 +145,7 @@ type DatabaseExtensionSpec struct {
 type DatabaseStatus struct {
 	// The generation the state is of.
 	// +optional
+	// +operator-sdk:csv:customresourcedefinitions:type=status,displayName="Observed Generation",xDescriptors={"urn:alm:descriptor:text"},order=3
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
 	// Applied, Drift (changed by hand and put back), Error, or Pending before the primary's agent
 	// reported on it.
@@ -148,6 +154,7 @@ type DatabaseStatus struct {
 	State string `json:"state,omitempty"`
 	// What the last pass that changed something changed.
 	// +optional
+	// +operator-sdk:csv:customresourcedefinitions:type=status,displayName="Changed",order=4
 	Changed []string `json:"changed,omitempty"`
 	// Why the database is not as declared.
 	// +optional
@@ -155,22 +162,27 @@ type DatabaseStatus struct {
 	Message string `json:"message,omitempty"`
 	// Each declared schema's state.
 	// +optional
+	// +operator-sdk:csv:customresourcedefinitions:type=status,displayName="Schemas",order=5
 	Schemas []DatabaseItemStatus `json:"schemas,omitempty"`
 	// Each declared extension's state, with the version installed.
 	// +optional
+	// +operator-sdk:csv:customresourcedefinitions:type=status,displayName="Extensions",order=6
 	Extensions []DatabaseItemStatus `json:"extensions,omitempty"`
 }
 
 // DatabaseItemStatus is a schema's or an extension's state.
 type DatabaseItemStatus struct {
+	// The schema's or extension's name, as the spec has it.
 	Name string `json:"name"`
 	// Applied, Drift, Error or Absent (declared absent and not there).
 	State string `json:"state"`
 	// The version installed (extensions).
 	// +optional
 	Version string `json:"version,omitempty"`
+	// What the last pass that changed something changed.
 	// +optional
 	Changed []string `json:"changed,omitempty"`
+	// Why it is not as declared (the server's error, an extension the image lacks).
 	// +optional
 	Message string `json:"message,omitempty"`
 }
@@ -180,7 +192,7 @@ type DatabaseItemStatus struct {
 // their own manifests; deleting one drops nothing unless reclaimPolicy is delete.
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
-// +operator-sdk:csv:customresourcedefinitions:displayName="PostgreSQL Database"
+// +operator-sdk:csv:customresourcedefinitions:displayName="PostgreSQL Database",resources={{PostgresCluster,v1alpha1}}
 // +kubebuilder:resource:categories=pgpilot,shortName=pgdb
 // +kubebuilder:printcolumn:name="Cluster",type=string,JSONPath=`.spec.cluster.name`
 // +kubebuilder:printcolumn:name="Database",type=string,JSONPath=`.spec.name`

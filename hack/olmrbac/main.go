@@ -33,7 +33,8 @@ var (
 		"networking.k8s.io":     {"networkpolicies"},
 		"policy":                {"poddisruptionbudgets"},
 		"postgres.pgpilot.io": {"backups", "backups/status", "postgresclusters", "postgresclusters/status",
-			"postgresclusters/finalizers", "scheduledbackups", "scheduledbackups/status"},
+			"postgresclusters/finalizers", "scheduledbackups", "scheduledbackups/status", "databases", "databases/status",
+			"databases/finalizers"},
 		"rbac.authorization.k8s.io": {"roles", "rolebindings"},
 	}
 )

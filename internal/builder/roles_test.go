@@ -1,12 +1,14 @@
 package builder
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 
 	"github.com/pgpilot/pgpilot-operator/api/agentapi"
@@ -18,7 +20,7 @@ func roleSecret(name, version, username, password string) *corev1.Secret {
 		Data: map[string][]byte{corev1.BasicAuthUsernameKey: []byte(username), corev1.BasicAuthPasswordKey: []byte(password)}}
 }
 
-func TestBuildRolesRequest(t *testing.T) {
+func TestBuildCatalogRequestRoles(t *testing.T) {
 	until := metav1.NewTime(time.Date(2027, 1, 2, 3, 4, 5, 0, time.FixedZone("CET", 3600)))
 	c := &pgv1.PostgresCluster{Spec: pgv1.PostgresClusterSpec{
 		Bootstrap: pgv1.BootstrapSpec{InitDB: pgv1.InitDBSpec{Owner: "app"}},
@@ -32,7 +34,7 @@ func TestBuildRolesRequest(t *testing.T) {
 		},
 	}}
 	secrets := map[string]*corev1.Secret{"reader-secret": roleSecret("reader-secret", "7", "reader", "pw")}
-	req, problems := BuildRolesRequest(c, secrets)
+	req, problems := BuildCatalogRequest(c, secrets, nil)
 	if len(req.Roles) != 6 || req.Forbidden[0] != "app" {
 		t.Fatalf("request %+v", req)
 	}
@@ -57,12 +59,12 @@ func TestBuildRolesRequest(t *testing.T) {
 	}
 
 	// The fingerprint follows the declarations and the Secrets' versions, not the passwords.
-	same, _ := BuildRolesRequest(c, map[string]*corev1.Secret{"reader-secret": roleSecret("reader-secret", "7", "reader", "other")})
-	rotated, _ := BuildRolesRequest(c, map[string]*corev1.Secret{"reader-secret": roleSecret("reader-secret", "8", "reader", "pw")})
-	goneSecret, _ := BuildRolesRequest(c, nil)
+	same, _ := BuildCatalogRequest(c, map[string]*corev1.Secret{"reader-secret": roleSecret("reader-secret", "7", "reader", "other")}, nil)
+	rotated, _ := BuildCatalogRequest(c, map[string]*corev1.Secret{"reader-secret": roleSecret("reader-secret", "8", "reader", "pw")}, nil)
+	goneSecret, _ := BuildCatalogRequest(c, nil, nil)
 	changed := c.DeepCopy()
 	changed.Spec.Roles[1].CreateDB = true
-	redeclared, _ := BuildRolesRequest(changed, secrets)
+	redeclared, _ := BuildCatalogRequest(changed, secrets, nil)
 	if same.Fingerprint != req.Fingerprint {
 		t.Errorf("the fingerprint moved with the password alone")
 	}
@@ -71,10 +73,72 @@ func TestBuildRolesRequest(t *testing.T) {
 			t.Errorf("%s: the fingerprint did not move", name)
 		}
 	}
-	if RolesSpecHash(changed) == RolesSpecHash(c) {
-		t.Errorf("RolesSpecHash did not move with the spec")
+	if CatalogSpecHash(changed, nil) == CatalogSpecHash(c, nil) {
+		t.Errorf("CatalogSpecHash did not move with the spec")
 	}
 	if got := RoleSecretNames(c); strings.Join(got, ",") != "missing,reader-secret" {
 		t.Errorf("RoleSecretNames = %v", got)
+	}
+}
+
+func testDatabase(name, dbName string, created time.Time, policy pgv1.ReclaimPolicy) pgv1.Database {
+	return pgv1.Database{ObjectMeta: metav1.ObjectMeta{Name: name, UID: types.UID(name), Generation: 1, CreationTimestamp: metav1.NewTime(created)},
+		Spec: pgv1.DatabaseSpec{Name: dbName, Owner: "shop", ReclaimPolicy: policy}}
+}
+
+// The oldest Database naming a database declares it; a retained one that is going is no longer
+// declared, one going with reclaimPolicy delete is, absent.
+func TestDeclaredDatabases(t *testing.T) {
+	now := time.Now()
+	going := testDatabase("old-going", "old", now.Add(-time.Hour), pgv1.ReclaimRetain)
+	going.DeletionTimestamp = &metav1.Time{Time: now}
+	dropped := testDatabase("dropped", "dropped", now.Add(-time.Hour), pgv1.ReclaimDelete)
+	dropped.DeletionTimestamp = &metav1.Time{Time: now}
+	declared, refused := DeclaredDatabases([]pgv1.Database{
+		testDatabase("shop-copy", "shop", now, pgv1.ReclaimRetain),
+		testDatabase("shop", "shop", now.Add(-time.Minute), pgv1.ReclaimRetain),
+		going, dropped,
+	})
+	var names []string
+	for _, db := range declared {
+		names = append(names, db.Name)
+	}
+	if !slices.Equal(names, []string{"dropped", "shop"}) {
+		t.Errorf("declared %v", names)
+	}
+	if len(refused) != 1 || !strings.Contains(refused["shop-copy"], "declared by the older Database shop") {
+		t.Errorf("refused %v", refused)
+	}
+	c := &pgv1.PostgresCluster{}
+	c.Spec.Bootstrap.InitDB.Database = "app"
+	req, _ := BuildCatalogRequest(c, nil, declared)
+	if !req.Databases[0].Absent || req.Databases[1].Absent || req.Databases[1].ConnectionLimit != -1 || !slices.Equal(req.ForbiddenDatabases, []string{"app"}) {
+		t.Errorf("request %+v", req)
+	}
+}
+
+// A schema without an owner is the database's; the fingerprint moves with a Database's spec and
+// the spec hash with its generation and deletion.
+func TestCatalogRequestOfADatabase(t *testing.T) {
+	db := testDatabase("shop", "shop", time.Now(), pgv1.ReclaimRetain)
+	db.Spec.Schemas = []pgv1.DatabaseSchemaSpec{{Name: "sales"}, {Name: "etl", Owner: "loader", Ensure: pgv1.RoleAbsent}}
+	db.Spec.Extensions = []pgv1.DatabaseExtensionSpec{{Name: "hstore", Version: "1.8", Schema: "sales"}}
+	c := &pgv1.PostgresCluster{}
+	req, _ := BuildCatalogRequest(c, nil, []*pgv1.Database{&db})
+	got := req.Databases[0]
+	if got.Schemas[0].Owner != "shop" || got.Schemas[1].Owner != "loader" || !got.Schemas[1].Absent ||
+		got.Extensions[0] != (agentapi.ManagedExtension{Name: "hstore", Version: "1.8", Schema: "sales"}) {
+		t.Errorf("database %+v", got)
+	}
+	hash := CatalogSpecHash(c, []pgv1.Database{db})
+	changed := db.DeepCopy()
+	changed.Spec.Extensions[0].Version = "1.7"
+	again, _ := BuildCatalogRequest(c, nil, []*pgv1.Database{changed})
+	if again.Fingerprint == req.Fingerprint {
+		t.Error("the fingerprint did not move with the Database")
+	}
+	changed.Generation = 2
+	if CatalogSpecHash(c, []pgv1.Database{*changed}) == hash {
+		t.Error("the spec hash did not move with the Database's generation")
 	}
 }

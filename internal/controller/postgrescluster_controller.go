@@ -75,7 +75,8 @@ type PostgresClusterReconciler struct {
 	Agents AgentClient
 	// UpgradeAgents runs major upgrades on the instance agents; nil means agentapi.HTTPClient.
 	UpgradeAgents MajorUpgradeAgents
-	// CatalogAgents applies managed roles on the primary's agent; nil means agentapi.HTTPClient.
+	// CatalogAgents applies managed roles and databases on the primary's agent; nil means
+	// agentapi.HTTPClient.
 	CatalogAgents CatalogAgents
 	// RefusalBackoff is how long a cluster whose children the API server refused for good holds
 	// back its writes; zero means defaultRefusalBackoff.
@@ -130,8 +131,9 @@ func (r *PostgresClusterReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 	if err := r.Get(ctx, req.NamespacedName, cluster); err != nil {
 		if apierrors.IsNotFound(err) {
 			r.memory().forget(req.NamespacedName)
+			return ctrl.Result{}, r.releaseDatabases(ctx, req.NamespacedName)
 		}
-		return ctrl.Result{}, client.IgnoreNotFound(err)
+		return ctrl.Result{}, err
 	}
 	if !cluster.DeletionTimestamp.IsZero() {
 		return r.reconcileDelete(ctx, cluster)
@@ -172,6 +174,9 @@ func (r *PostgresClusterReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if err := indexPodsByCluster(context.Background(), mgr.GetFieldIndexer()); err != nil {
 		return err
 	}
+	if err := indexDatabasesByCluster(context.Background(), mgr.GetFieldIndexer()); err != nil {
+		return err
+	}
 	r.leaseAlarms = make(chan event.TypedGenericEvent[types.NamespacedName])
 	if err := mgr.Add(manager.RunnableFunc(r.alarmStaleLeases)); err != nil {
 		return err
@@ -194,6 +199,7 @@ func (r *PostgresClusterReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Owns(&rbacv1.Role{}).
 		Owns(&rbacv1.RoleBinding{}).
 		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(podToCluster)).
+		Watches(&pgv1.Database{}, handler.EnqueueRequestsFromMapFunc(databaseToCluster), builder.WithPredicates(databaseChanged)).
 		WatchesRawSource(source.Kind(mgr.GetCache(), &coordinationv1.Lease{}, r.leaseWatchHandler())).
 		WatchesRawSource(source.Channel(r.leaseAlarms, enqueueAlarm)).
 		WithOptions(controller.Options{

@@ -436,6 +436,43 @@ var _ = Describe("CRD validation", func() {
 		}))
 	})
 
+	It("rejects Databases that name pgpilot's databases or roles, and changes to what is set once", func() {
+		database := func(change func(*pgv1.Database)) *pgv1.Database {
+			db := &pgv1.Database{ObjectMeta: metav1.ObjectMeta{Name: "shop", Namespace: namespace},
+				Spec: pgv1.DatabaseSpec{Cluster: corev1.LocalObjectReference{Name: "db"}, Name: "shop", Owner: "shop"}}
+			change(db)
+			return db
+		}
+		for what, change := range map[string]func(*pgv1.Database){
+			"name cannot be postgres, template0 or template1": func(db *pgv1.Database) { db.Spec.Name = "template1" },
+			"owner cannot be a role pgpilot keeps for itself": func(db *pgv1.Database) { db.Spec.Owner = "streaming_replica" },
+			"schemas[].name cannot be information_schema":     func(db *pgv1.Database) { db.Spec.Schemas = []pgv1.DatabaseSchemaSpec{{Name: "pg_temp"}} },
+			"spec.reclaimPolicy":                              func(db *pgv1.Database) { db.Spec.ReclaimPolicy = "drop" },
+		} {
+			err := k8sClient.Create(ctx, database(change))
+			Expect(apierrors.IsInvalid(err)).To(BeTrue(), "%s: %v", what, err)
+			Expect(err.Error()).To(ContainSubstring(what))
+		}
+		db := database(func(db *pgv1.Database) {})
+		Expect(k8sClient.Create(ctx, db)).To(Succeed())
+		Expect(db.Spec.ReclaimPolicy).To(Equal(pgv1.ReclaimRetain), "retain is the default")
+		Eventually(func(g Gomega) {
+			g.Expect(k8sClient.Get(ctx, client.ObjectKeyFromObject(db), db)).To(Succeed())
+			g.Expect(db.Status.Message).To(Equal("PostgresCluster db does not exist"))
+		}).Should(Succeed(), "a Database of no cluster says so")
+		for what, change := range map[string]func(*pgv1.Database){
+			"name cannot change":      func(db *pgv1.Database) { db.Spec.Name = "shop2" },
+			"cluster cannot change":   func(db *pgv1.Database) { db.Spec.Cluster.Name = "other" },
+			"encoding and locale are": func(db *pgv1.Database) { db.Spec.Encoding = "LATIN1" },
+		} {
+			changed := db.DeepCopy()
+			change(changed)
+			err := k8sClient.Patch(ctx, changed, client.MergeFrom(db))
+			Expect(apierrors.IsInvalid(err)).To(BeTrue(), "%s: %v", what, err)
+			Expect(err.Error()).To(ContainSubstring(what))
+		}
+	})
+
 	It("rejects repository values that would add options to pgbackrest.conf", func() {
 		for field, mutate := range map[string]func(*pgv1.PostgresCluster){
 			"spec.backup.repository.region": func(c *pgv1.PostgresCluster) {

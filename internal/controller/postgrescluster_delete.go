@@ -18,6 +18,9 @@ import (
 func (r *PostgresClusterReconciler) reconcileDelete(ctx context.Context, cluster *pgv1.PostgresCluster) (ctrl.Result, error) {
 	r.leases().forget(cluster.UID)
 	r.memory().forget(types.NamespacedName{Namespace: cluster.Namespace, Name: cluster.Name})
+	if err := r.releaseDatabases(ctx, client.ObjectKeyFromObject(cluster)); err != nil {
+		return ctrl.Result{}, err
+	}
 	if cluster.Status.Phase == pgv1.PhaseDeleting {
 		return ctrl.Result{}, nil
 	}

@@ -80,13 +80,13 @@ type laneEnd struct {
 
 func (e laneEnd) through() bool { return e.stopped == nil && e.err == nil }
 
-// runLanes runs the children's, the HA and the roles lane whatever the others say (the roles
+// runLanes runs the children's, the HA and the catalog lane whatever the others say (the catalog
 // lane acts on the primary the HA lane decided), then the follow lane
 // when both ran through, and makes one result of them.
 func (r *PostgresClusterReconciler) runLanes(ctx context.Context, s *scope) (ctrl.Result, error) {
 	children := r.runLane(ctx, s, r.childrenLane())
 	ha := r.runLane(ctx, s, r.haLane())
-	ends := []laneEnd{children, ha, r.runLane(ctx, s, r.rolesLane())}
+	ends := []laneEnd{children, ha, r.runLane(ctx, s, r.catalogLane())}
 	if children.through() && ha.through() {
 		ends = append(ends, r.runLane(ctx, s, r.followLane()))
 	}

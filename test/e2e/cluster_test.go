@@ -82,6 +82,10 @@ var _ = Describe("The sample PostgresCluster", Ordered, func() {
 		expectManagedRoles(ctx, cluster, cluster.Name+"-superuser")
 	})
 
+	It("keeps a Database with its schema and trusted extension, reports what the image lacks, and drops it only when asked", func(ctx SpecContext) {
+		expectManagedDatabases(ctx, cluster, cluster.Name+"-superuser")
+	})
+
 	It("keeps its volume claims when deleted (reclaimPolicy Retain)", func(ctx SpecContext) {
 		Expect(k8s.Delete(ctx, cluster)).To(Succeed())
 		waitForGone(ctx, cluster)

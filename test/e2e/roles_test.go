@@ -10,6 +10,7 @@ import (
 
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -70,4 +71,38 @@ func expectManagedRoles(ctx context.Context, cluster *pgv1.PostgresCluster, supe
 	logs, ok = psql(ctx, cluster, "psql-reader-after-drift", cluster.Name+"-rw", login.Name, "postgres", "SELECT 1")
 	Expect(ok).To(BeTrue(), "reader cannot log in after its login was put back:\n%s", logs)
 	Expect(restartCounts(ctx, cluster)).To(Equal(restarts), "no instance may restart for managed roles")
+}
+
+// expectManagedDatabases declares a Database owned by the managed group role, with a schema and
+// a trusted extension, and one the image does not ship: the database is made, the extension
+// works for its owner's members, the missing one is reported and the rest applied; deleting the
+// object with reclaimPolicy delete drops the database, and the object goes only after.
+func expectManagedDatabases(ctx context.Context, cluster *pgv1.PostgresCluster, superuserSecret string) {
+	db := &pgv1.Database{ObjectMeta: metav1.ObjectMeta{Name: "reports", Namespace: cluster.Namespace},
+		Spec: pgv1.DatabaseSpec{Cluster: corev1.LocalObjectReference{Name: cluster.Name}, Name: "reports", Owner: "reporting",
+			ReclaimPolicy: pgv1.ReclaimDelete,
+			Schemas:       []pgv1.DatabaseSchemaSpec{{Name: "marts"}},
+			Extensions:    []pgv1.DatabaseExtensionSpec{{Name: "pg_trgm", Schema: "marts"}, {Name: "postgis"}}}}
+	Expect(k8s.Create(ctx, db)).To(Succeed())
+	Eventually(func(g Gomega) {
+		g.Expect(k8s.Get(ctx, client.ObjectKeyFromObject(db), db)).To(Succeed())
+		g.Expect(db.Status.State).To(Equal(agentapi.RoleError), "%+v", db.Status)
+		g.Expect(db.Status.Message).To(ContainSubstring("does not ship extension postgis"))
+		g.Expect(db.Status.Schemas).To(ConsistOf(HaveField("State", agentapi.RoleApplied)))
+		g.Expect(db.Status.Extensions).To(ContainElement(And(HaveField("Name", "pg_trgm"), HaveField("State", agentapi.RoleApplied))))
+	}).WithTimeout(rolesConverge).WithPolling(2 * time.Second).Should(Succeed())
+	Expect(db.Finalizers).To(ContainElement(pgv1.DatabaseDropFinalizer))
+	logs, ok := psql(ctx, cluster, "psql-reports", cluster.Name+"-rw", superuserSecret, "reports",
+		"SET ROLE reporting; CREATE TABLE marts.words AS SELECT 'postgres' AS w; SELECT round(marts.similarity(w, 'postgre')::numeric, 1) FROM marts.words")
+	Expect(ok).To(BeTrue(), "%s", logs)
+	Expect(logs).To(ContainSubstring("0.7"), "pg_trgm in marts does not answer for the database's owner")
+
+	Expect(k8s.Delete(ctx, db)).To(Succeed())
+	Eventually(func() bool {
+		return apierrors.IsNotFound(k8s.Get(ctx, client.ObjectKeyFromObject(db), &pgv1.Database{}))
+	}).WithTimeout(rolesConverge).WithPolling(2 * time.Second).Should(BeTrue(), "the Database stays after its deletion")
+	logs, ok = psql(ctx, cluster, "psql-reports-gone", cluster.Name+"-rw", superuserSecret, "postgres",
+		"SELECT count(*) FROM pg_database WHERE datname = 'reports'")
+	Expect(ok).To(BeTrue(), "%s", logs)
+	Expect(strings.TrimSpace(logs)).To(HaveSuffix("0"), "the database reports is still there")
 }

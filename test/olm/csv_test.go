@@ -219,10 +219,10 @@ func TestCSVIsComplete(t *testing.T) {
 		for _, owned := range csv.Spec.CustomResourceDefinitions.Owned {
 			kinds[owned.Kind] = owned
 		}
-		if len(kinds) != 3 {
-			t.Fatalf("owned CRDs %+v, want PostgresCluster, Backup and ScheduledBackup", csv.Spec.CustomResourceDefinitions.Owned)
+		if len(kinds) != 4 {
+			t.Fatalf("owned CRDs %+v, want PostgresCluster, Backup, ScheduledBackup and Database", csv.Spec.CustomResourceDefinitions.Owned)
 		}
-		for _, kind := range []string{"Backup", "ScheduledBackup"} {
+		for _, kind := range []string{"Backup", "ScheduledBackup", "Database"} {
 			if owned := kinds[kind]; owned.DisplayName == "" || len(owned.SpecDescriptors) == 0 || len(owned.StatusDescriptors) == 0 {
 				t.Errorf("%s needs a display name and descriptors: %+v", kind, owned)
 			}

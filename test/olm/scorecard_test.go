@@ -202,7 +202,7 @@ func scorecardUser(t *testing.T, namespace string) string {
 		&rbacv1.Role{
 			ObjectMeta: metav1.ObjectMeta{Name: "scorecard", Namespace: namespace},
 			Rules: []rbacv1.PolicyRule{{APIGroups: []string{"postgres.pgpilot.io"},
-				Resources: []string{"postgresclusters", "backups", "scheduledbackups"}, Verbs: []string{"create"}}},
+				Resources: []string{"postgresclusters", "backups", "scheduledbackups", "databases"}, Verbs: []string{"create"}}},
 		},
 		&rbacv1.RoleBinding{
 			ObjectMeta: metav1.ObjectMeta{Name: "scorecard", Namespace: namespace},

@@ -34,7 +34,7 @@ func ReconcileDatabases(ctx context.Context, conn *pgx.Conn, connect Connector, 
 	results := make([]agentapi.DatabaseResult, len(req.Databases))
 	statements := 0
 	for i, want := range req.Databases {
-		plan := planDatabase(want, existing[want.Name], roles, req.Forbidden)
+		plan := planDatabase(want, existing[want.Name], roles, req.ForbiddenDatabases)
 		result, n := applyDatabasePlan(ctx, conn, want.Name, plan)
 		statements += n
 		if result.State != agentapi.RoleError && !want.Absent {

@@ -29,7 +29,7 @@ func TestReconcileDatabasesCreatesRepairsAndNeverDropsData(t *testing.T) {
 		Schemas: []agentapi.ManagedSchema{{Name: "sales", Owner: "etl"}, {Name: "staging", Owner: "shop_owner"}},
 		Extensions: []agentapi.ManagedExtension{{Name: "hstore", Version: "1.7"}, {Name: "citext", Schema: "staging"},
 			{Name: "postgis"}, {Name: "pg_stat_statements"}}}
-	request := agentapi.CatalogRequest{Forbidden: []string{"app"}, Databases: []agentapi.ManagedDatabase{
+	request := agentapi.CatalogRequest{ForbiddenDatabases: []string{"app"}, Databases: []agentapi.ManagedDatabase{
 		shop,
 		{Name: "legacy", Owner: "shop_owner", Encoding: "LATIN1", Locale: "C", ConnectionLimit: -1},
 		{Name: "app", Owner: "shop_owner", ConnectionLimit: -1},

@@ -18,19 +18,19 @@ import (
 	pgbuilder "github.com/pgpilot/pgpilot-operator/internal/builder"
 )
 
-// Managed roles run in a lane of their own: a role the server refuses, a missing Secret or a
-// primary's agent that is slow to apply never holds the children or failover. The operator
-// sends the primary's agent the declared roles only when they, or their Secrets, changed since
-// it last did, or when the primary holds another set (a new primary after a failover); it reads
-// the agent's report only when the agent says it moved (Status.Catalog). The role Secrets are the
-// user's, outside the label-scoped cache: they are read from the API server when the spec
-// changed, when the primary needs the set, and otherwise once a rolesSecretsInterval, the delay
-// of a password rotation.
+// The managed catalog — spec.roles and the cluster's Database objects — runs in a lane of its
+// own: a role or database the server refuses, a missing Secret or a primary's agent that is slow
+// to apply never holds the children or failover. The operator sends the primary's agent the
+// declared set only when it, or its Secrets, changed since it last did, or when the primary holds
+// another set (a new primary after a failover); it reads the agent's report only when the agent
+// says it moved (Status.Catalog). The role Secrets are the user's, outside the label-scoped
+// cache: they are read from the API server when the declaration changed, when the primary needs
+// the set, and otherwise once a rolesSecretsInterval, the delay of a password rotation.
 
 // rolesSecretsInterval is how often the role Secrets are read for a rotation.
 const rolesSecretsInterval = time.Minute
 
-// CatalogAgents are what managed roles ask of the primary's agent.
+// CatalogAgents are what the managed catalog asks of the primary's agent.
 type CatalogAgents interface {
 	ApplyCatalog(ctx context.Context, e agentapi.Endpoint, req agentapi.CatalogRequest) error
 	CatalogReport(ctx context.Context, e agentapi.Endpoint) (*agentapi.CatalogReport, error)
@@ -43,28 +43,36 @@ func (r *PostgresClusterReconciler) catalogAgents() CatalogAgents {
 	return agentapi.HTTPClient{}
 }
 
-// rolesLane keeps spec.roles on the primary.
-func (r *PostgresClusterReconciler) rolesLane() []stage {
-	return []stage{{"roles", r.ensureManagedRoles}}
+// catalogLane keeps spec.roles and the cluster's Databases on the primary.
+func (r *PostgresClusterReconciler) catalogLane() []stage {
+	return []stage{{"catalog", r.ensureCatalog}}
 }
 
-func (r *PostgresClusterReconciler) ensureManagedRoles(ctx context.Context, s *scope) (*stop, error) {
+func (r *PostgresClusterReconciler) ensureCatalog(ctx context.Context, s *scope) (*stop, error) {
 	c := s.cluster
-	if len(c.Spec.Roles) == 0 && len(c.Status.Roles) == 0 {
+	databases, err := r.clusterDatabases(ctx, c.Namespace, c.Name)
+	if err != nil {
+		return nil, err
+	}
+	if len(c.Spec.Roles) == 0 && len(c.Status.Roles) == 0 && len(databases) == 0 {
 		return nil, nil
 	}
+	if err := r.ensureDatabaseFinalizers(ctx, databases); err != nil {
+		return nil, err
+	}
+	declared, refused := pgbuilder.DeclaredDatabases(databases)
 	pod, report := s.observed.Pod(s.primary), s.observed.Reports[s.primary]
 	if pod == nil || report == nil || report.Role != agentapi.RolePrimary || s.majorUpgrade.Running() {
-		return nil, nil // the next reconcile, once there is a primary to apply them on
+		return nil, r.writeDatabaseStatuses(ctx, databases, nil, refused) // applied once there is a primary
 	}
 	key := types.NamespacedName{Namespace: c.Namespace, Name: c.Name}
 	held := ""
 	if report.Catalog != nil {
 		held = report.Catalog.Fingerprint
 	}
-	seen, specHash := r.memory().roles.get(key), pgbuilder.RolesSpecHash(c)
+	seen, specHash := r.memory().roles.get(key), pgbuilder.CatalogSpecHash(c, databases)
 	if seen.due(specHash, held, time.Now()) {
-		req, problems, err := r.rolesRequest(ctx, c)
+		req, problems, err := r.catalogRequest(ctx, c, declared)
 		if err != nil {
 			return nil, err
 		}
@@ -73,29 +81,35 @@ func (r *PostgresClusterReconciler) ensureManagedRoles(ctx context.Context, s *s
 		if held != req.Fingerprint {
 			err := r.catalogAgents().ApplyCatalog(ctx, r.endpoint(s, pod), req)
 			if errors.Is(err, agentapi.ErrNotSupported) {
-				r.setRolesStatus(s, pendingRoles(c, "the primary's agent predates managed roles: it applies them once it runs this release"))
-				return nil, nil
+				const old = "the primary's agent predates managed roles and databases: it applies them once it runs this release"
+				r.setRolesStatus(s, pendingRoles(c, old))
+				return nil, r.writeDatabaseStatuses(ctx, databases, nil, refused)
 			}
 			if err != nil {
-				return nil, fmt.Errorf("apply roles on %s: %w", s.primary, err)
+				return nil, fmt.Errorf("apply catalog on %s: %w", s.primary, err)
 			}
-			return nil, nil // the agent's status says when its report moved
+			// The agent's status says when its report moved.
+			return nil, r.writeDatabaseStatuses(ctx, databases, nil, refused)
 		}
 	}
-	if report.Catalog != nil && report.Catalog.Report != "" && report.Catalog.Report != c.Status.CatalogReported {
-		answer, err := r.catalogAgents().CatalogReport(ctx, r.endpoint(s, pod))
-		if err != nil {
+	if report.Catalog == nil || report.Catalog.Report == "" || report.Catalog.Report == c.Status.CatalogReported {
+		return nil, nil
+	}
+	answer, err := r.catalogAgents().CatalogReport(ctx, r.endpoint(s, pod))
+	if err != nil || answer == nil {
+		return nil, err
+	}
+	if answer.Fingerprint == seen.fingerprint {
+		if err := r.writeDatabaseStatuses(ctx, databases, answer, refused); err != nil {
 			return nil, err
 		}
-		if answer != nil {
-			r.setRolesStatus(s, rolesStatus(answer, seen.problems))
-		}
 	}
+	r.setRolesStatus(s, rolesStatus(answer, seen.problems))
 	return nil, nil
 }
 
-// rolesRequest reads the role Secrets and builds the set to send.
-func (r *PostgresClusterReconciler) rolesRequest(ctx context.Context, c *pgv1.PostgresCluster) (agentapi.CatalogRequest, map[string]string, error) {
+// catalogRequest reads the role Secrets and builds the set to send.
+func (r *PostgresClusterReconciler) catalogRequest(ctx context.Context, c *pgv1.PostgresCluster, databases []*pgv1.Database) (agentapi.CatalogRequest, map[string]string, error) {
 	secrets := map[string]*corev1.Secret{}
 	for _, name := range pgbuilder.RoleSecretNames(c) {
 		secret := &corev1.Secret{}
@@ -108,7 +122,7 @@ func (r *PostgresClusterReconciler) rolesRequest(ctx context.Context, c *pgv1.Po
 		}
 		secrets[name] = secret
 	}
-	req, problems := pgbuilder.BuildRolesRequest(c, secrets)
+	req, problems := pgbuilder.BuildCatalogRequest(c, secrets, databases)
 	return req, problems, nil
 }
 
