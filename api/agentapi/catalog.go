@@ -138,6 +138,9 @@ type ManagedExtension struct {
 // ItemAbsent: a schema or extension declared absent is not there (databases: dropped).
 const ItemAbsent = "Absent"
 
+// ItemPending: the primary's agent has not reported on a role or database yet.
+const ItemPending = "Pending"
+
 // DatabaseResult is one database's outcome, with each declared schema's and extension's.
 type DatabaseResult struct {
 	Name       string       `json:"name"`

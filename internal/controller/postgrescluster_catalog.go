@@ -143,7 +143,7 @@ func rolesStatus(report *agentapi.CatalogReport, problems map[string]string) rol
 func pendingRoles(c *pgv1.PostgresCluster, message string) rolesOutcome {
 	out := rolesOutcome{}
 	for _, role := range c.Spec.Roles {
-		out.roles = append(out.roles, pgv1.ManagedRoleStatus{Name: role.Name, State: "Pending", Message: message})
+		out.roles = append(out.roles, pgv1.ManagedRoleStatus{Name: role.Name, State: agentapi.ItemPending, Message: message})
 	}
 	return out
 }

@@ -33,7 +33,9 @@ func indexDatabasesByCluster(ctx context.Context, indexer client.FieldIndexer) e
 	return indexer.IndexField(ctx, &pgv1.Database{}, databasesByClusterIndex, databaseCluster)
 }
 
-func databaseCluster(obj client.Object) []string { return []string{obj.(*pgv1.Database).Spec.Cluster.Name} }
+func databaseCluster(obj client.Object) []string {
+	return []string{obj.(*pgv1.Database).Spec.Cluster.Name}
+}
 
 // databaseToCluster maps a Database to its cluster.
 func databaseToCluster(_ context.Context, obj client.Object) []reconcile.Request {
@@ -119,7 +121,7 @@ func (r *PostgresClusterReconciler) writeDatabaseStatuses(ctx context.Context, d
 		case reported:
 			*status = databaseStatus(db.Generation, result)
 		case status.State == "":
-			*status = pgv1.DatabaseStatus{State: "Pending", Message: "waiting for the cluster's primary to apply it"}
+			*status = pgv1.DatabaseStatus{State: agentapi.ItemPending, Message: "waiting for the cluster's primary to apply it"}
 		}
 		if err := r.patchDatabaseStatus(ctx, db, *status); err != nil {
 			return err
@@ -130,7 +132,10 @@ func (r *PostgresClusterReconciler) writeDatabaseStatuses(ctx context.Context, d
 
 func databaseStatus(generation int64, result agentapi.DatabaseResult) pgv1.DatabaseStatus {
 	items := func(results []agentapi.ItemResult) []pgv1.DatabaseItemStatus {
-		var out []pgv1.DatabaseItemStatus
+		if len(results) == 0 {
+			return nil // as the API server gives an empty list back: status compares equal
+		}
+		out := make([]pgv1.DatabaseItemStatus, 0, len(results))
 		for _, item := range results {
 			out = append(out, pgv1.DatabaseItemStatus{Name: item.Name, State: item.State, Version: item.Version,
 				Changed: item.Changed, Message: item.Message})
@@ -184,7 +189,7 @@ func (r *PostgresClusterReconciler) releaseDatabases(ctx context.Context, cluste
 			}
 		}
 		if db.DeletionTimestamp.IsZero() {
-			status := pgv1.DatabaseStatus{State: "Pending", Message: fmt.Sprintf("PostgresCluster %s does not exist", cluster.Name)}
+			status := pgv1.DatabaseStatus{State: agentapi.ItemPending, Message: fmt.Sprintf("PostgresCluster %s does not exist", cluster.Name)}
 			if err := r.patchDatabaseStatus(ctx, db, status); err != nil {
 				return err
 			}

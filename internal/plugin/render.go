@@ -49,6 +49,7 @@ func RenderStatus(w io.Writer, v ClusterView, now time.Time, colour bool) error 
 	p.instances(v.Members, v.OperatorVersion)
 	p.backup(v.Backup)
 	p.roles(v.Roles)
+	p.databases(v.Databases)
 	p.events(v.Events)
 	_, err := io.WriteString(w, b.String())
 	return err

@@ -100,6 +100,7 @@ func (s *session) writeReport(ctx context.Context, w io.Writer, name string) err
 		r.add(dir+"events.error", []byte(err.Error()))
 	}
 	view := BuildClusterView(c, pods, events.Items)
+	view.Databases = s.databaseViews(ctx, c)
 	var status bytes.Buffer
 	_ = RenderStatus(&status, view, r.now, false)
 	r.add(dir+"status.txt", status.Bytes())
@@ -131,11 +132,11 @@ func (s *session) writeReport(ctx context.Context, w io.Writer, name string) err
 func (s *session) addChildren(ctx context.Context, r *report, dir string, c *pgv1.PostgresCluster) {
 	selector := client.MatchingLabels(builder.SelectorLabels(c))
 	lists := []client.ObjectList{&appsv1.StatefulSetList{}, &corev1.ServiceList{}, &corev1.ConfigMapList{},
-		&corev1.PersistentVolumeClaimList{}, &policyv1.PodDisruptionBudgetList{}, &corev1.SecretList{}, &pgv1.BackupList{}, &pgv1.ScheduledBackupList{}}
+		&corev1.PersistentVolumeClaimList{}, &policyv1.PodDisruptionBudgetList{}, &corev1.SecretList{}, &pgv1.BackupList{}, &pgv1.ScheduledBackupList{}, &pgv1.DatabaseList{}}
 	for _, list := range lists {
 		opts := []client.ListOption{client.InNamespace(c.Namespace), selector}
 		switch list.(type) {
-		case *pgv1.BackupList, *pgv1.ScheduledBackupList:
+		case *pgv1.BackupList, *pgv1.ScheduledBackupList, *pgv1.DatabaseList:
 			opts = opts[:1] // the user's objects: not labelled, they name the cluster
 		}
 		gvk, _ := apiutil.GVKForObject(list, Scheme())

@@ -1,6 +1,7 @@
 package plugin
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -11,6 +12,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
+
+	pgv1 "github.com/pgpilot/pgpilot-operator/api/v1alpha1"
 )
 
 func (s *session) statusCommand() *cobra.Command {
@@ -43,7 +46,19 @@ func (s *session) clusterView(cmd *cobra.Command, name string) (ClusterView, err
 	if err := s.client.List(ctx, &events, client.InNamespace(c.Namespace)); err != nil {
 		return ClusterView{}, s.explain(err, "events of postgrescluster", name)
 	}
-	return BuildClusterView(c, pods, events.Items), nil
+	view := BuildClusterView(c, pods, events.Items)
+	view.Databases = s.databaseViews(ctx, c)
+	return view, nil
+}
+
+// databaseViews are the cluster's Databases; none when they cannot be listed (a release
+// without the kind, or no right to read them): the rest of the status stands without them.
+func (s *session) databaseViews(ctx context.Context, c *pgv1.PostgresCluster) []DatabaseView {
+	var databases pgv1.DatabaseList
+	if err := s.client.List(ctx, &databases, client.InNamespace(c.Namespace)); err != nil {
+		return nil
+	}
+	return DatabaseViews(c.Name, databases.Items)
 }
 
 func writeView(w io.Writer, view ClusterView, output string, colour bool, s *session) error {

@@ -74,10 +74,26 @@ func fixture() (*pgv1.PostgresCluster, []corev1.Pod, []corev1.Event) {
 	return c, pods, events
 }
 
+// fixtureView is the fixture's view with its Databases (one of another cluster).
+func fixtureView(c *pgv1.PostgresCluster, pods []corev1.Pod, events []corev1.Event) ClusterView {
+	view := BuildClusterView(c, pods, events)
+	database := func(object, name, cluster, state, message string, extensions ...pgv1.DatabaseItemStatus) pgv1.Database {
+		return pgv1.Database{ObjectMeta: metav1.ObjectMeta{Name: object},
+			Spec:   pgv1.DatabaseSpec{Cluster: corev1.LocalObjectReference{Name: cluster}, Name: name, Owner: "shop"},
+			Status: pgv1.DatabaseStatus{State: state, Message: message, Extensions: extensions}}
+	}
+	view.Databases = DatabaseViews(c.Name, []pgv1.Database{
+		database("shop-db", "shop", c.Name, "Applied", "", pgv1.DatabaseItemStatus{Name: "pg_trgm", Version: "1.6"}, pgv1.DatabaseItemStatus{Name: "hstore", Version: "1.8"}),
+		database("geo", "geo", c.Name, "Error", "extension postgis: the image does not ship extension postgis", pgv1.DatabaseItemStatus{Name: "postgis"}),
+		database("elsewhere", "elsewhere", "other", "Applied", ""),
+	})
+	return view
+}
+
 func TestRenderStatusPlainMatchesGolden(t *testing.T) {
 	c, pods, events := fixture()
 	var out bytes.Buffer
-	if err := RenderStatus(&out, BuildClusterView(c, pods, events), now, false); err != nil {
+	if err := RenderStatus(&out, fixtureView(c, pods, events), now, false); err != nil {
 		t.Fatal(err)
 	}
 	golden(t, "status.txt", out.Bytes())
@@ -89,7 +105,7 @@ func TestRenderStatusPlainMatchesGolden(t *testing.T) {
 func TestRenderStatusJSONMatchesGolden(t *testing.T) {
 	c, pods, events := fixture()
 	var out bytes.Buffer
-	if err := writeView(&out, BuildClusterView(c, pods, events), "json", false, &session{now: func() time.Time { return now }}); err != nil {
+	if err := writeView(&out, fixtureView(c, pods, events), "json", false, &session{now: func() time.Time { return now }}); err != nil {
 		t.Fatal(err)
 	}
 	golden(t, "status.json", out.Bytes())
@@ -98,7 +114,7 @@ func TestRenderStatusJSONMatchesGolden(t *testing.T) {
 func TestRenderStatusColourKeepsColumnsAligned(t *testing.T) {
 	c, pods, events := fixture()
 	var plain, coloured bytes.Buffer
-	view := BuildClusterView(c, pods, events)
+	view := fixtureView(c, pods, events)
 	_ = RenderStatus(&plain, view, now, false)
 	_ = RenderStatus(&coloured, view, now, true)
 	if !strings.Contains(coloured.String(), string(green)+"streaming"+reset) {

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -37,11 +38,41 @@ type ClusterView struct {
 	// MajorUpgrade is the cluster's major upgrade as its status has it.
 	MajorUpgrade *pgv1.MajorUpgradeStatus `json:"majorUpgrade,omitempty"`
 	// Roles are the managed roles as the primary last reported them.
-	Roles      []pgv1.ManagedRoleStatus `json:"roles,omitempty"`
-	Conditions []ConditionView          `json:"conditions,omitempty"`
-	Members    []InstanceView           `json:"instances,omitempty"`
-	Backup     *BackupView              `json:"backup,omitempty"`
-	Events     []EventView              `json:"events,omitempty"`
+	Roles []pgv1.ManagedRoleStatus `json:"roles,omitempty"`
+	// Databases are the cluster's Database objects and their state.
+	Databases  []DatabaseView  `json:"databases,omitempty"`
+	Conditions []ConditionView `json:"conditions,omitempty"`
+	Members    []InstanceView  `json:"instances,omitempty"`
+	Backup     *BackupView     `json:"backup,omitempty"`
+	Events     []EventView     `json:"events,omitempty"`
+}
+
+// DatabaseView is one of the cluster's Database objects.
+type DatabaseView struct {
+	Object   string `json:"object"`
+	Database string `json:"database"`
+	Owner    string `json:"owner"`
+	State    string `json:"state,omitempty"`
+	// Extensions are the declared extensions with their installed versions ("pg_trgm 1.6").
+	Extensions []string `json:"extensions,omitempty"`
+	Message    string   `json:"message,omitempty"`
+}
+
+// DatabaseViews are the Databases of cluster among databases, by database name.
+func DatabaseViews(cluster string, databases []pgv1.Database) []DatabaseView {
+	var views []DatabaseView
+	for _, db := range databases {
+		if db.Spec.Cluster.Name != cluster {
+			continue
+		}
+		view := DatabaseView{Object: db.Name, Database: db.Spec.Name, Owner: db.Spec.Owner, State: db.Status.State, Message: db.Status.Message}
+		for _, ext := range db.Status.Extensions {
+			view.Extensions = append(view.Extensions, strings.TrimSpace(ext.Name+" "+ext.Version))
+		}
+		views = append(views, view)
+	}
+	slices.SortFunc(views, func(a, b DatabaseView) int { return strings.Compare(a.Database, b.Database) })
+	return views
 }
 
 // ConditionView is one status condition.

@@ -100,7 +100,7 @@ func expectManagedDatabases(ctx context.Context, cluster *pgv1.PostgresCluster, 
 	Expect(k8s.Delete(ctx, db)).To(Succeed())
 	Eventually(func() bool {
 		return apierrors.IsNotFound(k8s.Get(ctx, client.ObjectKeyFromObject(db), &pgv1.Database{}))
-	}).WithTimeout(rolesConverge).WithPolling(2 * time.Second).Should(BeTrue(), "the Database stays after its deletion")
+	}).WithTimeout(rolesConverge).WithPolling(2*time.Second).Should(BeTrue(), "the Database stays after its deletion")
 	logs, ok = psql(ctx, cluster, "psql-reports-gone", cluster.Name+"-rw", superuserSecret, "postgres",
 		"SELECT count(*) FROM pg_database WHERE datname = 'reports'")
 	Expect(ok).To(BeTrue(), "%s", logs)

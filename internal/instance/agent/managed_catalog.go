@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/go-logr/logr"
 	"github.com/jackc/pgx/v5"
 
 	"github.com/pgpilot/pgpilot-operator/api/agentapi"
@@ -139,23 +140,14 @@ func (a *Agent) catalogPass(ctx context.Context, req *agentapi.CatalogRequest) (
 
 // reconcileRoles is the roles' part of a pass; passMu is held.
 func (a *Agent) reconcileRoles(ctx context.Context, conn *pgx.Conn, req *agentapi.CatalogRequest) ([]agentapi.RoleResult, int, error) {
-	settled := map[string]bool{}
-	for _, role := range req.Roles {
-		previous, ok := a.managed.settled[role.Name]
-		settled[role.Name] = ok && reflect.DeepEqual(previous, role)
-	}
+	settled := settledOf(req.Roles, func(r agentapi.ManagedRole) string { return r.Name }, a.managed.settled)
 	results, statements, err := postgres.ReconcileRoles(ctx, conn, *req, settled)
 	if err != nil {
 		return nil, 0, fmt.Errorf("managed roles: %w", err)
 	}
 	a.managed.settled = map[string]agentapi.ManagedRole{}
 	for i, result := range results {
-		if result.State != agentapi.RoleError {
-			a.managed.settled[result.Name] = req.Roles[i]
-		}
-		if result.State == agentapi.RoleDrift {
-			a.Log.Info("managed role changed by hand; put back", "role", result.Name, "changed", result.Changed)
-		}
+		settle(a.Log, a.managed.settled, "role", result.Name, result.State, result.Changed, req.Roles[i])
 	}
 	return results, statements, nil
 }
@@ -166,23 +158,35 @@ func (a *Agent) reconcileDatabases(ctx context.Context, conn *pgx.Conn, req *age
 	if len(req.Databases) == 0 {
 		return nil, 0, nil
 	}
-	settled := map[string]bool{}
-	for _, db := range req.Databases {
-		previous, ok := a.managed.settledDatabases[db.Name]
-		settled[db.Name] = ok && reflect.DeepEqual(previous, db)
-	}
+	settled := settledOf(req.Databases, func(d agentapi.ManagedDatabase) string { return d.Name }, a.managed.settledDatabases)
 	results, statements, err := postgres.ReconcileDatabases(ctx, conn, a.connectTo, *req, settled)
 	if err != nil {
 		return nil, 0, fmt.Errorf("managed databases: %w", err)
 	}
 	a.managed.settledDatabases = map[string]agentapi.ManagedDatabase{}
 	for i, result := range results {
-		if result.State != agentapi.RoleError {
-			a.managed.settledDatabases[result.Name] = req.Databases[i]
-		}
-		if result.State == agentapi.RoleDrift {
-			a.Log.Info("managed database changed by hand; put back", "database", result.Name, "changed", result.Changed)
-		}
+		settle(a.Log, a.managed.settledDatabases, "database", result.Name, result.State, result.Changed, req.Databases[i])
 	}
 	return results, statements, nil
+}
+
+// settledOf says, by name, which declarations are the ones settled in the last pass: one of
+// those that needs changes drifted.
+func settledOf[T any](declared []T, name func(T) string, previous map[string]T) map[string]bool {
+	settled := map[string]bool{}
+	for _, item := range declared {
+		last, ok := previous[name(item)]
+		settled[name(item)] = ok && reflect.DeepEqual(last, item)
+	}
+	return settled
+}
+
+// settle remembers a declaration the server had without error after the pass, and logs drift.
+func settle[T any](log logr.Logger, settled map[string]T, kind, name, state string, changed []string, declared T) {
+	if state != agentapi.RoleError {
+		settled[name] = declared
+	}
+	if state == agentapi.RoleDrift {
+		log.Info("managed "+kind+" changed by hand; put back", kind, name, "changed", changed)
+	}
 }

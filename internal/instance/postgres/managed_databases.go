@@ -16,7 +16,7 @@ import (
 // A database whose declaration is the one settled in an earlier pass and that needed changes
 // drifted. It returns each database's result and how many statements ran.
 func ReconcileDatabases(ctx context.Context, conn *pgx.Conn, connect Connector, req agentapi.CatalogRequest, settled map[string]bool) ([]agentapi.DatabaseResult, int, error) {
-	var names, owners []string
+	names, owners := make([]string, 0, len(req.Databases)), make([]string, 0, len(req.Databases))
 	for _, db := range req.Databases {
 		names, owners = append(names, db.Name), append(owners, db.Owner)
 		for _, schema := range db.Schemas {
@@ -129,7 +129,7 @@ func applyItemPlan(ctx context.Context, conn *pgx.Conn, name string, plan itemPl
 	if err != nil {
 		return agentapi.ItemResult{Name: name, State: agentapi.RoleError, Changed: plan.changed, Message: err.Error()}
 	}
-	if plan.changed[0] == "dropped" {
+	if plan.changed[0] == changedDropped {
 		return agentapi.ItemResult{Name: name, State: agentapi.ItemAbsent, Changed: plan.changed}
 	}
 	return agentapi.ItemResult{Name: name, State: agentapi.RoleApplied, Changed: plan.changed}
@@ -245,7 +245,7 @@ func readDatabases(ctx context.Context, conn *pgx.Conn, names []string) (map[str
 // readDatabaseItems reads, in the database conn is to, the declared schemas' owners, the
 // installed extensions and what the image ships of the declared ones.
 func readDatabaseItems(ctx context.Context, conn *pgx.Conn, want agentapi.ManagedDatabase) (map[string]*string, map[string]*existingExtension, map[string]*availableExtension, error) {
-	var schemaNames, extensionNames []string
+	schemaNames, extensionNames := make([]string, 0, len(want.Schemas)), make([]string, 0, len(want.Extensions))
 	for _, s := range want.Schemas {
 		schemaNames = append(schemaNames, s.Name)
 	}

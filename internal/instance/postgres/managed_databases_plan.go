@@ -10,6 +10,12 @@ import (
 	"github.com/pgpilot/pgpilot-operator/api/agentapi"
 )
 
+// What a pass reports it changed when it made or dropped an item.
+const (
+	changedCreated = "created"
+	changedDropped = "dropped"
+)
+
 // existingDatabase is a database as pg_database has it.
 type existingDatabase struct {
 	Owner, Encoding, Collate, Ctype string
@@ -39,7 +45,7 @@ func planDatabase(want agentapi.ManagedDatabase, have *existingDatabase, roles m
 	case want.Absent && have == nil:
 		return databasePlan{absent: true}
 	case want.Absent:
-		return databasePlan{drop: "DROP DATABASE " + name, changed: []string{"dropped"}}
+		return databasePlan{drop: "DROP DATABASE " + name, changed: []string{changedDropped}}
 	case !roles[want.Owner]:
 		return databasePlan{refused: fmt.Sprintf("owner %s does not exist", want.Owner)}
 	}
@@ -56,7 +62,7 @@ func planDatabase(want agentapi.ManagedDatabase, have *existingDatabase, roles m
 			statement += " LOCALE " + quoteLiteral(want.Locale)
 		}
 		statement += fmt.Sprintf(" CONNECTION LIMIT %d", want.ConnectionLimit)
-		return databasePlan{create: statement, changed: []string{"created"}}
+		return databasePlan{create: statement, changed: []string{changedCreated}}
 	}
 	var plan databasePlan
 	if have.Owner != want.Owner {
@@ -70,7 +76,7 @@ func planDatabase(want agentapi.ManagedDatabase, have *existingDatabase, roles m
 	switch {
 	case want.Encoding != "" && !sameCharsetName(want.Encoding, have.Encoding):
 		plan.problem = fmt.Sprintf("the database has encoding %s, not %s: an encoding is set when a database is made", have.Encoding, want.Encoding)
-	case want.Locale != "" && !(sameCharsetName(want.Locale, have.Collate) && sameCharsetName(want.Locale, have.Ctype)):
+	case want.Locale != "" && (!sameCharsetName(want.Locale, have.Collate) || !sameCharsetName(want.Locale, have.Ctype)):
 		plan.problem = fmt.Sprintf("the database has locale %s (ctype %s), not %s: a locale is set when a database is made", have.Collate, have.Ctype, want.Locale)
 	}
 	return plan
@@ -98,9 +104,9 @@ type availableExtension struct {
 type itemPlan struct {
 	statements, superuser []string
 	role                  string
-	changed    []string
-	refused    string
-	absent     bool
+	changed               []string
+	refused               string
+	absent                bool
 }
 
 // planSchema is what brings have (nil when the schema does not exist; else its owner) to want.
@@ -111,11 +117,11 @@ func planSchema(want agentapi.ManagedSchema, have *string, roles map[string]bool
 		return itemPlan{absent: true}
 	case want.Absent:
 		// RESTRICT: a schema that holds objects is refused by the server, never emptied.
-		return itemPlan{statements: []string{"DROP SCHEMA " + name + " RESTRICT"}, changed: []string{"dropped"}}
+		return itemPlan{statements: []string{"DROP SCHEMA " + name + " RESTRICT"}, changed: []string{changedDropped}}
 	case !roles[want.Owner]:
 		return itemPlan{refused: fmt.Sprintf("owner %s does not exist", want.Owner)}
 	case have == nil:
-		return itemPlan{statements: []string{"CREATE SCHEMA " + name + " AUTHORIZATION " + pgx.Identifier{want.Owner}.Sanitize()}, changed: []string{"created"}}
+		return itemPlan{statements: []string{"CREATE SCHEMA " + name + " AUTHORIZATION " + pgx.Identifier{want.Owner}.Sanitize()}, changed: []string{changedCreated}}
 	case *have != want.Owner:
 		return itemPlan{statements: []string{"ALTER SCHEMA " + name + " OWNER TO " + pgx.Identifier{want.Owner}.Sanitize()}, changed: []string{"owner"}}
 	}
@@ -133,7 +139,7 @@ func planExtension(want agentapi.ManagedExtension, have *existingExtension, avai
 			return itemPlan{absent: true}
 		}
 		// No CASCADE: the server refuses while objects depend on it.
-		return itemPlan{statements: []string{"DROP EXTENSION " + name}, role: owner, changed: []string{"dropped"}}
+		return itemPlan{statements: []string{"DROP EXTENSION " + name}, role: owner, changed: []string{changedDropped}}
 	}
 	if available == nil {
 		return itemPlan{refused: fmt.Sprintf("the image does not ship extension %s", want.Name)}
@@ -162,7 +168,7 @@ func planExtension(want agentapi.ManagedExtension, have *existingExtension, avai
 		if want.Version != "" {
 			statement += " VERSION " + quoteLiteral(want.Version)
 		}
-		return itemPlan{statements: []string{statement}, role: owner, changed: []string{"created"}}
+		return itemPlan{statements: []string{statement}, role: owner, changed: []string{changedCreated}}
 	case have.Version != version:
 		plan.statements = append(plan.statements, "ALTER EXTENSION "+name+" UPDATE TO "+quoteLiteral(version))
 		plan.changed = append(plan.changed, "version "+have.Version+" to "+version)

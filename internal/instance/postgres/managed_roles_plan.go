@@ -64,7 +64,7 @@ func planRole(want agentapi.ManagedRole, have *existingRole, existing map[string
 		if have == nil {
 			return rolePlan{}
 		}
-		return rolePlan{drop: "DROP ROLE " + name, changed: []string{"dropped"}}
+		return rolePlan{drop: "DROP ROLE " + name, changed: []string{changedDropped}}
 	}
 	var plan rolePlan
 	options, changed := attributeChanges(want, have)
@@ -78,7 +78,7 @@ func planRole(want agentapi.ManagedRole, have *existingRole, existing map[string
 	switch {
 	case have == nil:
 		plan.attributes = append(plan.attributes, "CREATE ROLE "+name+" WITH "+strings.Join(options, " "))
-		changed = []string{"created"}
+		changed = []string{changedCreated}
 	case len(options) > 0:
 		plan.attributes = append(plan.attributes, "ALTER ROLE "+name+" WITH "+strings.Join(options, " "))
 	}
