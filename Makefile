@@ -156,11 +156,12 @@ test-unit: host-packages manifests envtest versitygw operator-sdk opm ## Run the
 BACKUP_BENCH_MIB ?= 1024
 
 .PHONY: bench
-bench: manifests envtest host-packages versitygw ## Measure API load, CPU and cache memory (fail when test/bench/budgets.yaml is exceeded), then backup, restore and archiving throughput, and the cost of a metrics scrape.
+bench: manifests envtest host-packages versitygw ## Measure API load, CPU and cache memory (fail when test/bench/budgets.yaml is exceeded), then backup, restore and archiving throughput, the cost of a metrics scrape, and of a pass over 200 managed roles and 50 databases.
 	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" go run ./test/bench $(BENCH_FLAGS)
 	PGPILOT_VERSITYGW="$(VERSITYGW)" go test -run '^$$' -bench BackupAndRestore -benchtime 1x -timeout 40m \
 		./internal/instance/pgbackrest/ -args -backup-bench-mib=$(BACKUP_BENCH_MIB)
 	go test -run '^$$' -bench Scrape -benchtime 500x -benchmem ./internal/instance/exporter/
+	go test -run '^$$' -bench CatalogPass -benchtime 20x ./internal/instance/postgres/
 
 .PHONY: figures
 figures: ## Render the HA figures of README.md and docs/benchmarks.md from the recorded e2e run, docs/results/e2e.json (each e2e run writes its own to bin/e2e-results.json), and the major upgrade figures from docs/results/major-upgrade.json.

@@ -510,6 +510,14 @@ type PostgresClusterStatus struct {
 	// +operator-sdk:csv:customresourcedefinitions:type=status,displayName="Legacy Superuser Access",xDescriptors={"urn:alm:descriptor:text"},order=18
 	LegacySuperuserAccess bool `json:"legacySuperuserAccess,omitempty"`
 
+	// StatementStatistics records that pgpilot loads pg_stat_statements (shared_preload_libraries)
+	// and exports the top statements: set for clusters created by pgpilot 0.4.0 or later, so that
+	// an operator upgrade restarts no running cluster to load it (add pg_stat_statements to
+	// spec.postgresql.parameters.shared_preload_libraries for those).
+	// +optional
+	// +operator-sdk:csv:customresourcedefinitions:type=status,displayName="Statement Statistics",xDescriptors={"urn:alm:descriptor:text"},order=22
+	StatementStatistics bool `json:"statementStatistics,omitempty"`
+
 	// The running server's version (e.g. 17.12), as the primary's agent reports it.
 	// +optional
 	// +operator-sdk:csv:customresourcedefinitions:type=status,displayName="PostgreSQL Version",xDescriptors={"urn:alm:descriptor:text"},order=8

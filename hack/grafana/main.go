@@ -112,6 +112,15 @@ var rows = []row{
 		stat("Since the last backup", "Time since the newest backup in the repository completed.", "s",
 			q(`time() - max(pgpilot_backup_last_completion_timestamp_seconds{S})`, "")),
 	}},
+	{"Statements", []panel{
+		graph("Top statements by time",
+			"Execution time per second of the statements with the most time since the statistics were reset (pg_stat_statements; each instance's top 10).", "s",
+			q(`topk(10, sum by (datname, user, query) (rate(pgpilot_statement_seconds_total{S}[$__rate_interval])))`, "{{datname}} {{user}}: {{query}}")),
+		graph("Top statements by calls", "Runs per second of the same statements.", "ops",
+			q(`topk(10, sum by (datname, user, query) (rate(pgpilot_statement_calls_total{S}[$__rate_interval])))`, "{{datname}} {{user}}: {{query}}")),
+		graph("Mean time of the top statements", "Mean time of one run of each of them, per instance.", "s",
+			q(`pgpilot_statement_mean_seconds{S}`, "{{pod}} {{datname}}: {{query}}")),
+	}},
 	{"Exporter", []panel{
 		graph("Scrape duration", "How long each instance's queries took in the last scrape.", "s",
 			q(`pgpilot_scrape_duration_seconds{S}`, "{{pod}}")),

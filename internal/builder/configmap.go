@@ -78,12 +78,30 @@ func PostgresqlConf(c *pgv1.PostgresCluster) string {
 			params[strings.ToLower(k)] = [2]string{k, v}
 		}
 	}
+	if c.Status.StatementStatistics {
+		preload := params["shared_preload_libraries"]
+		params["shared_preload_libraries"] = [2]string{cmp.Or(preload[0], "shared_preload_libraries"), withStatementStatistics(preload[1])}
+	}
 	for _, lower := range slices.Sorted(maps.Keys(params)) {
 		kv := params[lower]
 		fmt.Fprintf(&b, "%s = %s\n", kv[0], quote(kv[1]))
 	}
 	return b.String()
 }
+
+// withStatementStatistics is a shared_preload_libraries value with pg_stat_statements first.
+func withStatementStatistics(libraries string) string {
+	out := []string{StatementStatisticsLibrary}
+	for _, library := range strings.Split(libraries, ",") {
+		if library = strings.TrimSpace(library); library != "" && library != StatementStatisticsLibrary {
+			out = append(out, library)
+		}
+	}
+	return strings.Join(out, ",")
+}
+
+// StatementStatisticsLibrary is the library, and extension, of statement statistics.
+const StatementStatisticsLibrary = "pg_stat_statements"
 
 // parameterName is what PostgreSQL's configuration file lexer reads as a setting name (an
 // identifier, or extension.identifier), restricted to ASCII like the CRD's rule.

@@ -209,3 +209,39 @@ func TestBuildConfigMap(t *testing.T) {
 		t.Errorf("owner references (-want +got):\n%s", diff)
 	}
 }
+
+// A cluster pgpilot created loads pg_stat_statements first, beside the user's libraries, with
+// whatever spelling the user gave the setting; one created before does not, to restart nothing.
+func TestPostgresqlConfLoadsStatementStatisticsForNewClusters(t *testing.T) {
+	for _, c := range []struct {
+		name       string
+		statistics bool
+		parameters map[string]pgv1.ParameterValue
+		want       string
+		absent     bool
+	}{
+		{name: "new cluster", statistics: true, want: "shared_preload_libraries = 'pg_stat_statements'\n"},
+		{name: "new cluster with the user's libraries", statistics: true,
+			parameters: map[string]pgv1.ParameterValue{"Shared_Preload_Libraries": "pgaudit, pg_stat_statements,auto_explain"},
+			want:       "Shared_Preload_Libraries = 'pg_stat_statements,pgaudit,auto_explain'\n"},
+		{name: "cluster from before", absent: true},
+		{name: "cluster from before, the user's libraries as they are",
+			parameters: map[string]pgv1.ParameterValue{"shared_preload_libraries": "pgaudit"}, want: "shared_preload_libraries = 'pgaudit'\n"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			cluster := &pgv1.PostgresCluster{}
+			cluster.Status.StatementStatistics = c.statistics
+			cluster.Spec.PostgreSQL.Parameters = c.parameters
+			conf := PostgresqlConf(cluster)
+			if c.absent {
+				if strings.Contains(strings.ToLower(conf), "shared_preload_libraries") {
+					t.Errorf("conf loads libraries:\n%s", conf)
+				}
+				return
+			}
+			if !strings.Contains(conf, c.want) {
+				t.Errorf("conf lacks %q:\n%s", c.want, conf)
+			}
+		})
+	}
+}

@@ -35,6 +35,9 @@ func (r *PostgresClusterReconciler) ensureConfigMap(ctx context.Context, s *scop
 	if isLegacySuperuserAccess(s.cluster, sts) {
 		s.cluster.Status.LegacySuperuserAccess = true
 	}
+	if sts == nil && s.cluster.Status.CurrentPrimary == "" {
+		s.cluster.Status.StatementStatistics = true // a new cluster: loading it restarts nothing
+	}
 	desired := pgbuilder.BuildConfigMap(withSuperuserAccess(s.cluster, s.cluster.Status.LegacySuperuserAccess),
 		agentapi.TLSPolicy{Required: s.tlsRequired})
 	s.configHash = agentapi.ConfigHash([]byte(desired.Data[agentapi.PostgresqlConfFile]), []byte(desired.Data[agentapi.HBAConfFile]))

@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/pgpilot/pgpilot-operator/api/agentapi"
+	"github.com/pgpilot/pgpilot-operator/internal/instance/postgres"
 	"github.com/pgpilot/pgpilot-operator/test/pgtest"
 )
 
@@ -43,7 +44,12 @@ func TestDashboardAndAlertsNameExportedMetrics(t *testing.T) {
 
 	s3 := pgtest.StartS3(t)
 	repo := s3.Repository("/pgtest/default/dash")
-	primary := startArchivingAgent(t, s3, "dash", agentapi.BackupConfig{Repository: &repo, Compression: "lz4"})
+	// Loading pg_stat_statements, as a cluster pgpilot creates does: its agent creates the
+	// extension where the exporter reads the top statements.
+	primary := startArchivingAgent(t, s3, "dash", agentapi.BackupConfig{Repository: &repo, Compression: "lz4"},
+		func(_ *testing.T, inst *postgres.Instance) {
+			inst.Settings["shared_preload_libraries"] = "pg_stat_statements"
+		})
 	standbyInst := pgtest.NewInstance(t, "dash-1")
 	cfg := agentConfig(t, "dash-1", standbyInst, primary.Instance.Port)
 	cfg.ClusterName, cfg.InitialPrimary = "dash", "dash-0"

@@ -50,6 +50,9 @@ type Query struct {
 	MinVersion, MaxVersion int
 	// PrimaryOnly skips the query on a standby.
 	PrimaryOnly bool
+	// Guard, when set, is a statement answering one boolean: false skips the query at this
+	// scrape without an error (a view of an extension the server does not load).
+	Guard string
 	// Databases the query runs in, each over a connection of its own, its series labelled
 	// datname; AllDatabases is every database that accepts connections. None: the monitoring
 	// connection's database.
@@ -209,6 +212,12 @@ func (q Query) appliesTo(version int) bool {
 // run runs q in its databases and sends a metric per value column and row; a row's NULL value
 // is left out. It is all or nothing: a query failing halfway (or in one database) sends none.
 func (e *Exporter) run(ctx context.Context, q Query, ch chan<- prometheus.Metric) error {
+	if q.Guard != "" {
+		var applies bool
+		if err := e.conn.QueryRow(ctx, q.Guard).Scan(&applies); err != nil || !applies {
+			return err
+		}
+	}
 	var metrics []prometheus.Metric
 	if len(q.Databases) == 0 {
 		m, err := q.collect(ctx, e.conn, "")

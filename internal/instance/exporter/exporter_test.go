@@ -176,10 +176,15 @@ func processCPU(b *testing.B) time.Duration {
 	return time.Duration(usage.Utime.Nano() + usage.Stime.Nano())
 }
 
-func startPrimary(t testing.TB) *postgres.Instance {
+// startPrimary starts a primary with pgpilot's roles and a monitoring role; prepare, when given,
+// changes the instance before it starts.
+func startPrimary(t testing.TB, prepare ...func(*postgres.Instance)) *postgres.Instance {
 	t.Helper()
 	ctx := context.Background()
 	inst := pgtest.NewInstance(t, "db-0")
+	for _, p := range prepare {
+		p(inst)
+	}
 	if err := inst.InitDB(ctx, superuserPassword); err != nil {
 		t.Fatal(err)
 	}
@@ -339,5 +344,41 @@ func (m metrics) expectNoQueryErrors(t testing.TB) {
 	}
 	if len(m["pgpilot_query_error"]) < 10 {
 		t.Errorf("pgpilot_query_error for %d queries, want one per built-in query", len(m["pgpilot_query_error"]))
+	}
+}
+
+// A server that loads pg_stat_statements exports its top statements by time, no more than
+// TopStatements whatever the workload, with their normalized text; one that does not exports
+// none and reports no failing query.
+func TestExporterTopStatements(t *testing.T) {
+	ctx := context.Background()
+	plain := startPrimary(t)
+	m := scrape(t, newExporter(t, plain))
+	m.expectNoQueryErrors(t)
+	m.expectAbsent(t, "pgpilot_statement_calls_total")
+
+	inst := startPrimary(t, func(inst *postgres.Instance) { inst.Settings["shared_preload_libraries"] = "pg_stat_statements" })
+	admin := pgtest.Connect(t, inst, agentapi.Superuser, superuserPassword, "postgres")
+	if _, err := admin.Exec(ctx, "CREATE TABLE t (id int)"); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 * exporter.TopStatements {
+		// Distinct statements: constants alone would be normalized into one.
+		if _, err := admin.Exec(ctx, fmt.Sprintf("SELECT count(*) FROM t AS t%d WHERE id > $1", i), i); err != nil {
+			t.Fatal(err)
+		}
+	}
+	m = scrape(t, newExporter(t, inst))
+	m.expectNoQueryErrors(t)
+	if n := len(m["pgpilot_statement_calls_total"]); n != exporter.TopStatements {
+		t.Errorf("%d statements exported, want the top %d: %v", n, exporter.TopStatements, m["pgpilot_statement_calls_total"])
+	}
+	for labels := range m["pgpilot_statement_seconds_total"] {
+		query := labels[strings.Index(labels, "query=")+len("query="):]
+		query = query[:strings.Index(query, ",queryid=")]
+		if !strings.Contains(labels, "datname=") || !strings.Contains(labels, "user=postgres") || query == "" ||
+			len(query) > exporter.TopStatementTextLength || strings.Contains(query, "\n") {
+			t.Errorf("series {%s}, want the database, the role and the statement's text on one line, shortened", labels)
+		}
 	}
 }

@@ -1,5 +1,7 @@
 package exporter
 
+import "fmt"
+
 // builtinNames are the names of BuiltinQueries.
 var builtinNames = func() map[string]bool {
 	names := map[string]bool{}
@@ -121,6 +123,24 @@ func BuiltinQueries() []Query {
 				{"conflicts_total", Counter, "Queries cancelled by conflicts with recovery (on a standby)."},
 				{"temp_bytes_total", Counter, "Bytes written to temporary files by queries."},
 			}},
+		{Name: "statements", Prefix: "pgpilot_statement", Guard: statementStatisticsLoaded, SQL: fmt.Sprintf(`SELECT
+			s.queryid::text AS queryid, d.datname::text AS datname, r.rolname::text AS "user",
+			left(regexp_replace(s.query, '\s+', ' ', 'g'), %d) AS query,
+			s.calls AS calls_total, s.total_exec_time / 1000 AS seconds_total, s.rows AS rows_total,
+			s.mean_exec_time / 1000 AS mean_seconds
+			FROM pg_stat_statements s JOIN pg_database d ON d.oid = s.dbid JOIN pg_roles r ON r.oid = s.userid
+			WHERE s.toplevel AND s.queryid IS NOT NULL AND s.userid <> current_user::regrole -- not the exporter's own
+			ORDER BY s.total_exec_time DESC LIMIT %d`, TopStatementTextLength, TopStatements),
+			Columns: []Column{
+				{"queryid", Label, "The statement's pg_stat_statements query identifier."},
+				{DatabaseLabel, Label, "The database it ran in."},
+				{"user", Label, "The role that ran it."},
+				{"query", Label, "The statement's normalized text (constants replaced by $n), shortened."},
+				{"calls_total", Counter, "Times the statement ran, for the statements with the most execution time."},
+				{"seconds_total", Counter, "Time spent running the statement."},
+				{"rows_total", Counter, "Rows the statement returned or changed."},
+				{"mean_seconds", Gauge, "Mean time of one run of the statement."},
+			}},
 		{Name: "checkpoints", Prefix: "pgpilot_checkpoints", MaxVersion: 169999, SQL: `SELECT
 			checkpoints_timed AS timed_total, checkpoints_req AS requested_total,
 			(checkpoint_write_time + checkpoint_sync_time) / 1000 AS seconds_total FROM pg_stat_bgwriter`,
@@ -131,6 +151,19 @@ func BuiltinQueries() []Query {
 			Columns: checkpointColumns},
 	}
 }
+
+// TopStatements bounds the statements exported (pgpilot_statement_*): those with the most
+// execution time since the statistics were reset, so that the series stay few whatever the
+// workload. TopStatementTextLength bounds the query label.
+const (
+	TopStatements          = 10
+	TopStatementTextLength = 80
+)
+
+// statementStatisticsLoaded: the server loads pg_stat_statements and its view is in the
+// monitoring database (the primary's agent creates it there).
+const statementStatisticsLoaded = `SELECT to_regclass('pg_stat_statements') IS NOT NULL
+	AND 'pg_stat_statements' = ANY (string_to_array(replace(current_setting('shared_preload_libraries'), ' ', ''), ','))`
 
 var checkpointColumns = []Column{
 	{"timed_total", Counter, "Checkpoints started by checkpoint_timeout."},

@@ -74,6 +74,22 @@ func EnsureRoles(ctx context.Context, conn *pgx.Conn, r Roles) error {
 			return fmt.Errorf("create database %s: %w", r.AppDatabase, err)
 		}
 	}
+	return ensureStatementStatistics(ctx, conn)
+}
+
+// ensureStatementStatistics creates pg_stat_statements in the database conn is to (postgres,
+// where the exporter reads it) when the server loads its library: the view is per database,
+// the statistics are the server's.
+func ensureStatementStatistics(ctx context.Context, conn *pgx.Conn) error {
+	_, err := conn.Exec(ctx, `DO $$ BEGIN
+		IF 'pg_stat_statements' = ANY (string_to_array(replace(current_setting('shared_preload_libraries'), ' ', ''), ','))
+			AND NOT EXISTS (SELECT FROM pg_extension WHERE extname = 'pg_stat_statements') THEN
+			CREATE EXTENSION pg_stat_statements;
+		END IF;
+	END $$`)
+	if err != nil {
+		return fmt.Errorf("create extension pg_stat_statements: %w", err)
+	}
 	return nil
 }
 

@@ -12,7 +12,7 @@ import (
 
 // initialised is a new instance with a cluster in its data directory, not started (a test may
 // write its own configuration first).
-func initialised(t *testing.T) *postgres.Instance {
+func initialised(t testing.TB) *postgres.Instance {
 	t.Helper()
 	inst := pgtest.NewInstance(t, "primary")
 	if err := inst.InitDB(context.Background(), superuserPassword); err != nil {

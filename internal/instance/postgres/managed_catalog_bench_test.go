@@ -1,0 +1,142 @@
+package postgres_test
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/pgpilot/pgpilot-operator/api/agentapi"
+	"github.com/pgpilot/pgpilot-operator/internal/instance/postgres"
+)
+
+var (
+	catalogBenchRoles     = flag.Int("catalog-bench-roles", 200, "roles BenchmarkCatalogPass declares")
+	catalogBenchDatabases = flag.Int("catalog-bench-databases", 50, "databases BenchmarkCatalogPass declares")
+)
+
+// The budgets of issue 35 (docs/benchmarks.md): the first pass over 200 roles and 50 databases
+// within 10 s, and a pass that finds them as declared runs no statement and costs the agent at
+// most 5 ms of CPU.
+const (
+	catalogFirstPassBudget     = 10 * time.Second
+	catalogUnchangedCPUBudget  = 5 * time.Millisecond
+	catalogBenchSchemasPerBase = 2
+)
+
+// BenchmarkCatalogPass applies a catalog of roles (each with a password and a membership) and
+// databases (each with schemas and a trusted extension) to a real server the way the primary's
+// agent does, then passes over it unchanged: the first pass's time, the unchanged pass's
+// statements, time and the CPU it cost this process (the agent's side).
+func BenchmarkCatalogPass(b *testing.B) {
+	ctx := context.Background()
+	inst := initialised(b)
+	if err := inst.Start(); err != nil {
+		b.Fatal(err)
+	}
+	connect := func(ctx context.Context, database string) (*pgx.Conn, error) {
+		return postgres.Connect(ctx, inst.Port, "postgres", superuserPassword, database)
+	}
+	admin, err := connect(ctx, "postgres")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer func() { _ = admin.Close(ctx) }()
+	req := benchCatalog(*catalogBenchRoles, *catalogBenchDatabases)
+
+	start := time.Now()
+	roles, roleStatements, err := postgres.ReconcileRoles(ctx, admin, req, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	databases, databaseStatements, err := postgres.ReconcileDatabases(ctx, admin, connect, req, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	firstPass := time.Since(start)
+	expectAllApplied(b, roles, databases)
+
+	b.ResetTimer()
+	var unchangedStatements int
+	var unchangedCPU, unchangedTime time.Duration
+	for range b.N {
+		cpuBefore, started := processCPU(b), time.Now()
+		_, n, err := postgres.ReconcileRoles(ctx, admin, req, nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		_, m, err := postgres.ReconcileDatabases(ctx, admin, connect, req, nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		unchangedTime += time.Since(started)
+		unchangedCPU += processCPU(b) - cpuBefore
+		unchangedStatements += n + m
+	}
+	b.StopTimer()
+	perPassCPU := unchangedCPU / time.Duration(b.N)
+	b.ReportMetric(firstPass.Seconds(), "first-pass-s")
+	b.ReportMetric(float64(roleStatements+databaseStatements), "first-pass-statements")
+	b.ReportMetric(float64(unchangedStatements)/float64(b.N), "unchanged-statements")
+	b.ReportMetric(float64(unchangedTime.Milliseconds())/float64(b.N), "unchanged-ms")
+	b.ReportMetric(float64(perPassCPU.Microseconds())/1000, "unchanged-cpu-ms")
+	if unchangedStatements != 0 {
+		b.Errorf("a pass over the unchanged catalog ran %d statements, want none", unchangedStatements)
+	}
+	if *catalogBenchRoles == 200 && *catalogBenchDatabases == 50 {
+		if firstPass > catalogFirstPassBudget {
+			b.Errorf("first pass took %s, budget %s", firstPass, catalogFirstPassBudget)
+		}
+		if perPassCPU > catalogUnchangedCPUBudget {
+			b.Errorf("an unchanged pass cost %s of CPU, budget %s", perPassCPU, catalogUnchangedCPUBudget)
+		}
+	}
+}
+
+// benchCatalog is roles role_<i>, each logging in with a password and in group readers, and
+// databases db_<j> owned by role_<j>, each with schemas and pg_trgm.
+func benchCatalog(roles, databases int) agentapi.CatalogRequest {
+	req := agentapi.CatalogRequest{Roles: []agentapi.ManagedRole{{Name: "readers", Inherit: true, ConnectionLimit: -1}}}
+	for i := range roles {
+		password := fmt.Sprintf("password-%d", i)
+		req.Roles = append(req.Roles, agentapi.ManagedRole{Name: fmt.Sprintf("role_%d", i), Login: true, Inherit: true,
+			ConnectionLimit: -1, InRoles: []string{"readers"}, Password: &password})
+	}
+	for j := range databases {
+		owner := fmt.Sprintf("role_%d", j%roles)
+		db := agentapi.ManagedDatabase{Name: fmt.Sprintf("db_%d", j), Owner: owner, ConnectionLimit: -1,
+			Extensions: []agentapi.ManagedExtension{{Name: "pg_trgm", Schema: "s0"}}}
+		for k := range catalogBenchSchemasPerBase {
+			db.Schemas = append(db.Schemas, agentapi.ManagedSchema{Name: fmt.Sprintf("s%d", k), Owner: owner})
+		}
+		req.Databases = append(req.Databases, db)
+	}
+	return req
+}
+
+func expectAllApplied(b *testing.B, roles []agentapi.RoleResult, databases []agentapi.DatabaseResult) {
+	b.Helper()
+	for _, r := range roles {
+		if r.State != agentapi.RoleApplied {
+			b.Fatalf("role %s: %s %s", r.Name, r.State, r.Message)
+		}
+	}
+	for _, d := range databases {
+		if d.State != agentapi.RoleApplied {
+			b.Fatalf("database %s: %s %s", d.Name, d.State, d.Message)
+		}
+	}
+}
+
+// processCPU is the CPU time this process has used, user and system.
+func processCPU(b *testing.B) time.Duration {
+	var usage syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &usage); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(usage.Utime.Nano() + usage.Stime.Nano())
+}
