@@ -137,6 +137,8 @@ var _ = Describe("A major upgrade from PostgreSQL 15 to 17", Ordered, SpecPriori
 		annotate(ctx, cluster, pgv1.RetryMajorUpgradeAnnotation, "again")
 		Eventually(func(g Gomega) {
 			up := getCluster(ctx, cluster).Status.MajorUpgrade
+			// Until the operator took this retry, the status is the killed attempt's.
+			g.Expect(up.RetryRequest).To(Equal("again"), "%+v", up)
 			if slices.Contains([]pgv1.MajorUpgradeStep{pgv1.MajorUpgradeReverted, pgv1.MajorUpgradeFailed, pgv1.MajorUpgradeCheckFailed}, up.Step) {
 				StopTrying(fmt.Sprintf("the upgrade ended %s: %+v", up.Step, up)).Now()
 			}
