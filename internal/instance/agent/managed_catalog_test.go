@@ -9,16 +9,20 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/pgpilot/pgpilot-operator/api/agentapi"
 	"github.com/pgpilot/pgpilot-operator/internal/instance/agent"
 	"github.com/pgpilot/pgpilot-operator/internal/instance/postgres"
 	"github.com/pgpilot/pgpilot-operator/test/pgtest"
 )
 
-// The primary's agent takes the declared roles at once and applies them in the background; its
-// status names the report to read. A standby refuses them. A role changed by hand is put back by
-// the agent's own drift pass and reported, and the pass after runs no statement.
-func TestManagedRolesAppliedInTheBackgroundAndDriftRepaired(t *testing.T) {
+// The primary's agent takes the declared roles and databases at once and applies them in the
+// background; its status names the report to read. A standby refuses them. A role changed by
+// hand is put back by the agent's own drift pass and reported, and the pass after runs no
+// statement; so does the first pass of the standby once promoted, given the same set, as after a
+// failover.
+func TestManagedCatalogAppliedInTheBackgroundDriftRepairedAndNotReappliedAfterFailover(t *testing.T) {
 	leases := pgtest.NewMemoryLeases("db-0")
 	primaryInst, standbyInst := pgtest.NewInstance(t, "db-0"), pgtest.NewInstance(t, "db-1")
 	primary := pgtest.StartAgent(t, agentConfig(t, "db-0", primaryInst, primaryInst.Port), primaryInst, leases,
@@ -30,7 +34,8 @@ func TestManagedRolesAppliedInTheBackgroundAndDriftRepaired(t *testing.T) {
 	password := "reader-pw"
 	req := agentapi.CatalogRequest{Fingerprint: "f1", Forbidden: []string{"app"}, Roles: []agentapi.ManagedRole{
 		{Name: "reader", Login: true, Inherit: true, ConnectionLimit: -1, InRoles: []string{"pg_read_all_data"}, Password: &password},
-	}}
+	}, Databases: []agentapi.ManagedDatabase{{Name: "shop", Owner: "reader", ConnectionLimit: -1,
+		Schemas: []agentapi.ManagedSchema{{Name: "sales", Owner: "reader"}}, Extensions: []agentapi.ManagedExtension{{Name: "hstore"}}}}}
 	if code, body := putRoles(t, standby, req); code != http.StatusConflict {
 		t.Fatalf("a standby answered %d %s, want 409", code, body)
 	}
@@ -38,7 +43,7 @@ func TestManagedRolesAppliedInTheBackgroundAndDriftRepaired(t *testing.T) {
 		t.Fatalf("the primary answered %d %s, want 202", code, body)
 	}
 	report := waitRolesReport(t, primary, func(r *agentapi.CatalogReport) error {
-		if r.Fingerprint != "f1" || r.Roles[0].State != agentapi.RoleApplied {
+		if r.Fingerprint != "f1" || r.Roles[0].State != agentapi.RoleApplied || len(r.Databases) != 1 || r.Databases[0].State != agentapi.RoleApplied {
 			return fmt.Errorf("report %+v", r)
 		}
 		return nil
@@ -70,12 +75,46 @@ func TestManagedRolesAppliedInTheBackgroundAndDriftRepaired(t *testing.T) {
 	if err := login(); err != nil {
 		t.Fatalf("after the drift was repaired: %v", err)
 	}
-	waitRolesReport(t, primary, func(r *agentapi.CatalogReport) error {
-		if r.Statements != 0 || r.Roles[0].State != agentapi.RoleApplied || len(r.Roles[0].Changed) != 0 {
+	noStatement := func(r *agentapi.CatalogReport) error {
+		if r.Statements != 0 || r.Roles[0].State != agentapi.RoleApplied || len(r.Roles[0].Changed) != 0 ||
+			r.Databases[0].State != agentapi.RoleApplied || len(r.Databases[0].Changed) != 0 {
 			return fmt.Errorf("report %+v, want a pass of no statement", r)
 		}
 		return nil
+	}
+	waitRolesReport(t, primary, noStatement)
+
+	// A failover: the standby, which replayed the catalog, is promoted and given the same set.
+	standbySQL := pgtest.Connect(t, standbyInst, agentapi.Superuser, credentials.SuperuserPassword, "postgres")
+	pgtest.Eventually(t, "the standby replayed the catalog", func() error {
+		var found bool
+		err := standbySQL.QueryRow(context.Background(), `SELECT EXISTS (SELECT FROM pg_database WHERE datname = 'shop')
+			AND pg_last_wal_replay_lsn() >= $1::pg_lsn`, currentLSN(t, admin)).Scan(&found)
+		if err == nil && !found {
+			err = fmt.Errorf("not yet")
+		}
+		return err
 	})
+	leases.Grant("db-1")
+	if _, err := (agentapi.HTTPClient{}).Promote(context.Background(), endpointOf(standby), nil); err != nil {
+		t.Fatal(err)
+	}
+	if code, body := putRoles(t, standby, req); code != http.StatusAccepted {
+		t.Fatalf("the promoted standby answered %d %s, want 202", code, body)
+	}
+	report = waitRolesReport(t, standby, noStatement)
+	if report.Databases[0].Extensions[0].Version == "" {
+		t.Errorf("report %+v, want hstore's version", report.Databases[0])
+	}
+}
+
+func currentLSN(t *testing.T, conn *pgx.Conn) string {
+	t.Helper()
+	var lsn string
+	if err := conn.QueryRow(context.Background(), "SELECT pg_current_wal_lsn()::text").Scan(&lsn); err != nil {
+		t.Fatal(err)
+	}
+	return lsn
 }
 
 func putRoles(t *testing.T, r *pgtest.RunningAgent, req agentapi.CatalogRequest) (int, string) {
