@@ -10,8 +10,10 @@ import (
 
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/pgpilot/pgpilot-operator/api/agentapi"
@@ -83,7 +85,8 @@ func expectManagedDatabases(ctx context.Context, cluster *pgv1.PostgresCluster, 
 			ReclaimPolicy: pgv1.ReclaimDelete,
 			Schemas:       []pgv1.DatabaseSchemaSpec{{Name: "marts"}},
 			Extensions:    []pgv1.DatabaseExtensionSpec{{Name: "pg_trgm", Schema: "marts"}, {Name: "postgis"}}}}
-	Expect(k8s.Create(ctx, db)).To(Succeed())
+	team := namespaceDatabaseEditor(ctx, cluster.Namespace)
+	Expect(team.Create(ctx, db)).To(Succeed(), "a user with rights on Databases in the namespace only")
 	Eventually(func(g Gomega) {
 		g.Expect(k8s.Get(ctx, client.ObjectKeyFromObject(db), db)).To(Succeed())
 		g.Expect(db.Status.State).To(Equal(agentapi.RoleError), "%+v", db.Status)
@@ -97,7 +100,7 @@ func expectManagedDatabases(ctx context.Context, cluster *pgv1.PostgresCluster, 
 	Expect(ok).To(BeTrue(), "%s", logs)
 	Expect(logs).To(ContainSubstring("0.7"), "pg_trgm in marts does not answer for the database's owner")
 
-	Expect(k8s.Delete(ctx, db)).To(Succeed())
+	Expect(team.Delete(ctx, db)).To(Succeed())
 	Eventually(func() bool {
 		return apierrors.IsNotFound(k8s.Get(ctx, client.ObjectKeyFromObject(db), &pgv1.Database{}))
 	}).WithTimeout(rolesConverge).WithPolling(2*time.Second).Should(BeTrue(), "the Database stays after its deletion")
@@ -105,4 +108,23 @@ func expectManagedDatabases(ctx context.Context, cluster *pgv1.PostgresCluster, 
 		"SELECT count(*) FROM pg_database WHERE datname = 'reports'")
 	Expect(ok).To(BeTrue(), "%s", logs)
 	Expect(strings.TrimSpace(logs)).To(HaveSuffix("0"), "the database reports is still there")
+}
+
+// namespaceDatabaseEditor is a client of a user who may create, read and delete Databases in
+// namespace, and nothing else anywhere: a team owning its databases.
+func namespaceDatabaseEditor(ctx context.Context, namespace string) client.Client {
+	const user = "team-member"
+	role := &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: "database-editor", Namespace: namespace},
+		Rules: []rbacv1.PolicyRule{{APIGroups: []string{pgv1.GroupVersion.Group}, Resources: []string{"databases"},
+			Verbs: []string{"create", "get", "list", "watch", "delete"}}}}
+	binding := &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "database-editor", Namespace: namespace},
+		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: role.Name},
+		Subjects: []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: user}}}
+	Expect(k8s.Create(ctx, role)).To(Succeed())
+	Expect(k8s.Create(ctx, binding)).To(Succeed())
+	config := rest.CopyConfig(restConfig)
+	config.Impersonate = rest.ImpersonationConfig{UserName: user}
+	team, err := client.New(config, client.Options{Scheme: k8s.Scheme()})
+	Expect(err).NotTo(HaveOccurred())
+	return team
 }

@@ -5,9 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -212,14 +210,7 @@ func TestCrashedPrimaryIsFencedNotRestarted(t *testing.T) {
 		}
 		return err
 	})
-	pidFile, err := os.ReadFile(filepath.Join(inst.DataDir, "postmaster.pid"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	pid, _ := strconv.Atoi(strings.SplitN(string(pidFile), "\n", 2)[0])
-	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
+	killPostmaster(t, inst)
 	awaitFenced(t, primary, "postgres exited")
 	time.Sleep(2 * time.Second)
 	awaitFenced(t, primary, "postgres exited")

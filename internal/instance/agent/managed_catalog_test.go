@@ -6,6 +6,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -152,4 +157,88 @@ func waitRolesReport(t *testing.T, r *pgtest.RunningAgent, check func(*agentapi.
 		return check(&report)
 	})
 	return &report
+}
+
+// A primary killed while it applies a catalog leaves it part done; the standby promoted in its
+// place and given the same set completes it: every schema there, each owned as declared, and a
+// report with every item applied. Each item is one transaction (CREATE DATABASE one statement):
+// nothing half-made survives the kill.
+func TestManagedCatalogHalfAppliedByAKilledPrimaryIsCompletedByTheNext(t *testing.T) {
+	ctx := context.Background()
+	primary, standby, rw, leases := startPair(t)
+	const schemas = 150
+	req := agentapi.CatalogRequest{Fingerprint: "half", Roles: []agentapi.ManagedRole{
+		{Name: "owner_a", Inherit: true, ConnectionLimit: -1}, {Name: "owner_b", Inherit: true, ConnectionLimit: -1}}}
+	for _, db := range []string{"one", "two"} {
+		d := agentapi.ManagedDatabase{Name: db, Owner: "owner_a", ConnectionLimit: -1}
+		for i := range schemas {
+			d.Schemas = append(d.Schemas, agentapi.ManagedSchema{Name: fmt.Sprintf("s%d", i), Owner: []string{"owner_a", "owner_b"}[i%2]})
+		}
+		req.Databases = append(req.Databases, d)
+	}
+	if code, body := putRoles(t, primary, req); code != http.StatusAccepted {
+		t.Fatalf("the primary answered %d %s, want 202", code, body)
+	}
+	time.Sleep(300 * time.Millisecond) // into the pass
+	killPostmaster(t, primary.Instance)
+	made := schemasOf(t, standby.Instance)
+	t.Logf("the standby had replayed %d of %d schemas of database one when its primary was killed", made, schemas)
+
+	rw.SetTarget(0)
+	leases.Grant("db-1")
+	if _, err := (agentapi.HTTPClient{}).Promote(ctx, endpointOf(standby), nil); err != nil {
+		t.Fatal(err)
+	}
+	rw.SetTarget(standby.Instance.Port)
+	if code, body := putRoles(t, standby, req); code != http.StatusAccepted {
+		t.Fatalf("the new primary answered %d %s, want 202", code, body)
+	}
+	waitRolesReport(t, standby, func(r *agentapi.CatalogReport) error {
+		if r.Fingerprint != "half" || len(r.Databases) != 2 {
+			return fmt.Errorf("report %+v", r)
+		}
+		for _, db := range r.Databases {
+			if db.State != agentapi.RoleApplied || len(db.Schemas) != schemas {
+				return fmt.Errorf("database %s: %s %s", db.Name, db.State, db.Message)
+			}
+		}
+		return nil
+	})
+	one := pgtest.Connect(t, standby.Instance, agentapi.Superuser, credentials.SuperuserPassword, "one")
+	var wrong int
+	if err := one.QueryRow(ctx, `SELECT count(*) FROM pg_namespace WHERE nspname ~ '^s[0-9]+$'
+		AND pg_get_userbyid(nspowner) <> CASE WHEN substr(nspname, 2)::int % 2 = 0 THEN 'owner_a' ELSE 'owner_b' END`).Scan(&wrong); err != nil {
+		t.Fatal(err)
+	}
+	if got := schemasOf(t, standby.Instance); got != schemas || wrong != 0 {
+		t.Errorf("database one has %d schemas (%d owned otherwise than declared), want %d", got, wrong, schemas)
+	}
+}
+
+// schemasOf counts database one's declared schemas on inst, 0 without the database.
+func schemasOf(t *testing.T, inst *postgres.Instance) int {
+	t.Helper()
+	conn, err := postgres.Connect(context.Background(), inst.Port, agentapi.Superuser, credentials.SuperuserPassword, "one")
+	if err != nil {
+		return 0 // not made yet
+	}
+	defer func() { _ = conn.Close(context.Background()) }()
+	var n int
+	if err := conn.QueryRow(context.Background(), `SELECT count(*) FROM pg_namespace WHERE nspname ~ '^s[0-9]+$'`).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// killPostmaster kills inst's server at once, as the kernel's OOM killer would.
+func killPostmaster(t *testing.T, inst *postgres.Instance) {
+	t.Helper()
+	pidFile, err := os.ReadFile(filepath.Join(inst.DataDir, "postmaster.pid"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid, _ := strconv.Atoi(strings.SplitN(string(pidFile), "\n", 2)[0])
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
 }
