@@ -138,6 +138,10 @@ type ManagedExtension struct {
 // ItemAbsent: a schema or extension declared absent is not there (databases: dropped).
 const ItemAbsent = "Absent"
 
+// DatabaseKept: a database whose Database was deleted with reclaimPolicy delete was left in
+// place, since pgpilot did not make it.
+const DatabaseKept = "Kept"
+
 // ItemPending: the primary's agent has not reported on a role or database yet.
 const ItemPending = "Pending"
 

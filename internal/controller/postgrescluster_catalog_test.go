@@ -150,7 +150,7 @@ func TestEnsureCatalogAppliesDatabasesAndDropsOnlyWhenAsked(t *testing.T) {
 	k8s := cachedDatabases(t, database("shop", "shop", time.Hour, pgv1.ReclaimDelete), database("shop-copy", "shop", time.Minute, pgv1.ReclaimRetain),
 		database("kept", "kept", time.Minute, pgv1.ReclaimRetain))
 	agent := &fakeRolesAgent{}
-	r := &PostgresClusterReconciler{Client: k8s, APIReader: k8s, CatalogAgents: agent, Recorder: events.NewFakeRecorder(10)}
+	r := &PostgresClusterReconciler{Client: k8s, APIReader: k8s, CatalogAgents: agent, Recorder: events.NewFakeRecorder(50)}
 	cluster := testCluster(2)
 	cluster.Spec.Bootstrap.InitDB.Owner, cluster.Spec.Bootstrap.InitDB.Database = "app", "app"
 	held := &agentapi.CatalogState{}
@@ -222,5 +222,21 @@ func TestEnsureCatalogAppliesDatabasesAndDropsOnlyWhenAsked(t *testing.T) {
 	answer(agentapi.DatabaseResult{Name: "shop", State: agentapi.ItemAbsent, Changed: []string{"dropped"}})
 	if err := k8s.Get(ctx, client.ObjectKey{Namespace: "ns", Name: "shop"}, &pgv1.Database{}); !apierrors.IsNotFound(err) {
 		t.Errorf("shop after its database was dropped: %v", err)
+	}
+
+	// A database pgpilot did not make is kept, and its Database goes all the same.
+	payroll := database("payroll", "payroll", time.Second, pgv1.ReclaimDelete)
+	payroll.CreationTimestamp = metav1.Time{}
+	if err := k8s.Create(ctx, payroll); err != nil {
+		t.Fatal(err)
+	}
+	pass()
+	if err := k8s.Delete(ctx, get("payroll")); err != nil {
+		t.Fatal(err)
+	}
+	pass()
+	answer(agentapi.DatabaseResult{Name: "payroll", State: agentapi.DatabaseKept, Message: "pgpilot did not make this database"})
+	if err := k8s.Get(ctx, client.ObjectKey{Namespace: "ns", Name: "payroll"}, &pgv1.Database{}); !apierrors.IsNotFound(err) {
+		t.Errorf("payroll after its database was kept: %v", err)
 	}
 }

@@ -104,7 +104,12 @@ func (r *PostgresClusterReconciler) writeDatabaseStatuses(ctx context.Context, d
 		db := &databases[i]
 		result, reported := results[db.Spec.Name]
 		if !db.DeletionTimestamp.IsZero() {
-			if controllerutil.ContainsFinalizer(db, pgv1.DatabaseDropFinalizer) && (refused[db.Name] != "" || reported && result.State == agentapi.ItemAbsent) {
+			gone := reported && (result.State == agentapi.ItemAbsent || result.State == agentapi.DatabaseKept)
+			if controllerutil.ContainsFinalizer(db, pgv1.DatabaseDropFinalizer) && (refused[db.Name] != "" || gone) {
+				if result.State == agentapi.DatabaseKept && r.Recorder != nil {
+					r.Recorder.Eventf(db, nil, corev1.EventTypeWarning, "DatabaseKept", "DropDatabase",
+						"database %s was not dropped: pgpilot did not make it, and never drops such a database", db.Spec.Name)
+				}
 				if err := r.setDatabaseFinalizer(ctx, db, false); err != nil {
 					return err
 				}

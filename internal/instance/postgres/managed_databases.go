@@ -31,6 +31,9 @@ func ReconcileDatabases(ctx context.Context, conn *pgx.Conn, connect Connector, 
 	if err != nil {
 		return nil, 0, err
 	}
+	if err := readMadeDatabases(ctx, conn, existing); err != nil {
+		return nil, 0, err
+	}
 	results := make([]agentapi.DatabaseResult, len(req.Databases))
 	statements := 0
 	for i, want := range req.Databases {
@@ -63,8 +66,14 @@ func applyDatabasePlan(ctx context.Context, conn *pgx.Conn, name string, plan da
 		return agentapi.DatabaseResult{Name: name, State: agentapi.RoleError, Message: plan.refused}, 0
 	case plan.absent:
 		return agentapi.DatabaseResult{Name: name, State: agentapi.ItemAbsent}, 0
+	case plan.kept:
+		return agentapi.DatabaseResult{Name: name, State: agentapi.DatabaseKept,
+			Message: "pgpilot did not make this database: it never drops it, and lets its Database go"}, 0
 	case plan.create != "":
-		n, err = 1, execOne(ctx, conn, plan.create) // CREATE DATABASE takes no transaction
+		n, err = 2, execOne(ctx, conn, plan.create) // CREATE DATABASE takes no transaction
+		if err == nil {
+			err = recordMadeDatabase(ctx, conn, name)
+		}
 	case plan.drop != "":
 		n, err = 1, execOne(ctx, conn, plan.drop)
 	case len(plan.alter) > 0:
@@ -304,4 +313,49 @@ func readAvailableExtensions(ctx context.Context, conn *pgx.Conn, names []string
 		available[name].Trusted[version] = trusted
 	}
 	return available, rows.Err()
+}
+
+// madeDatabasesTable records the databases pgpilot made, by OID, in the postgres database: only
+// those does it drop, or give another owner. It lives with the data (replicated, carried by
+// pg_upgrade), not in the agent's memory, so that a new primary knows them too.
+const madeDatabasesTable = "pgpilot.databases"
+
+// readMadeDatabases marks the existing databases pgpilot made.
+func readMadeDatabases(ctx context.Context, conn *pgx.Conn, existing map[string]*existingDatabase) error {
+	if len(existing) == 0 {
+		return nil
+	}
+	var found bool
+	if err := conn.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", madeDatabasesTable).Scan(&found); err != nil || !found {
+		return err
+	}
+	rows, err := conn.Query(ctx, `SELECT d.datname::text FROM `+madeDatabasesTable+` m JOIN pg_database d ON d.oid = m.oid`)
+	if err != nil {
+		return fmt.Errorf("read the databases pgpilot made: %w", err)
+	}
+	made, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return fmt.Errorf("read the databases pgpilot made: %w", err)
+	}
+	for _, name := range made {
+		if db := existing[name]; db != nil {
+			db.Made = true
+		}
+	}
+	return nil
+}
+
+// recordMadeDatabase adds the database just made to pgpilot's record (one statement counted
+// with the CREATE DATABASE), and forgets databases dropped since.
+func recordMadeDatabase(ctx context.Context, conn *pgx.Conn, name string) error {
+	_, err := conn.Exec(ctx, `CREATE SCHEMA IF NOT EXISTS pgpilot;
+		REVOKE ALL ON SCHEMA pgpilot FROM PUBLIC;
+		CREATE TABLE IF NOT EXISTS `+madeDatabasesTable+` (oid oid PRIMARY KEY, name name NOT NULL);
+		DELETE FROM `+madeDatabasesTable+` m WHERE NOT EXISTS (SELECT FROM pg_database d WHERE d.oid = m.oid);
+		INSERT INTO `+madeDatabasesTable+` SELECT oid, datname FROM pg_database WHERE datname = `+quoteLiteral(name)+`
+			ON CONFLICT DO NOTHING`)
+	if err != nil {
+		return fmt.Errorf("record database %s as made by pgpilot: %w", name, err)
+	}
+	return nil
 }

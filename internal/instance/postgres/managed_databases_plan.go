@@ -16,10 +16,12 @@ const (
 	changedDropped = "dropped"
 )
 
-// existingDatabase is a database as pg_database has it.
+// existingDatabase is a database as pg_database has it. Made: pgpilot made it (its record of
+// the databases it made, pgpilot.databases, holds its OID).
 type existingDatabase struct {
 	Owner, Encoding, Collate, Ctype string
 	ConnectionLimit                 int32
+	Made                            bool
 }
 
 // databasePlan is what brings a database to its declaration. Create runs alone (CREATE DATABASE
@@ -31,8 +33,9 @@ type databasePlan struct {
 	// refused says why nothing is run for the database; problem why it is in error although the
 	// rest of its declaration was applied (an encoding the server cannot change).
 	refused, problem string
-	// absent: declared absent, and not there.
-	absent bool
+	// absent: declared absent, and not there; kept: declared absent, and there, but not made by
+	// pgpilot, which never drops such a database.
+	absent, kept bool
 }
 
 // planDatabase is what brings have (nil when the database does not exist) to want. roles holds
@@ -44,10 +47,16 @@ func planDatabase(want agentapi.ManagedDatabase, have *existingDatabase, roles m
 		return databasePlan{refused: fmt.Sprintf("database %s is pgpilot's own: a Database cannot manage it", want.Name)}
 	case want.Absent && have == nil:
 		return databasePlan{absent: true}
+	case want.Absent && !have.Made:
+		return databasePlan{kept: true}
 	case want.Absent:
 		return databasePlan{drop: "DROP DATABASE " + name, changed: []string{changedDropped}}
 	case !roles[want.Owner]:
 		return databasePlan{refused: fmt.Sprintf("owner %s does not exist", want.Owner)}
+	case have != nil && !have.Made && have.Owner != want.Owner:
+		// Taking a database from its owner would hand its data to whoever may write a Database.
+		return databasePlan{refused: fmt.Sprintf("database %s exists, owned by %s, and pgpilot did not make it: it does not take a database from its owner (ALTER DATABASE … OWNER TO %s by hand adopts it)",
+			want.Name, have.Owner, want.Owner)}
 	}
 	owner := pgx.Identifier{want.Owner}.Sanitize()
 	if have == nil {

@@ -17,7 +17,12 @@ func TestPlanDatabaseDiffsDeclaredAgainstExisting(t *testing.T) {
 		return d
 	}
 	asIs := func() *existingDatabase {
-		return &existingDatabase{Owner: "app", Encoding: "UTF8", Collate: "C.UTF-8", Ctype: "C.UTF-8", ConnectionLimit: -1}
+		return &existingDatabase{Owner: "app", Encoding: "UTF8", Collate: "C.UTF-8", Ctype: "C.UTF-8", ConnectionLimit: -1, Made: true}
+	}
+	notMade := func(owner string) *existingDatabase {
+		db := asIs()
+		db.Made, db.Owner = false, owner
+		return db
 	}
 	for _, c := range []struct {
 		name             string
@@ -26,7 +31,7 @@ func TestPlanDatabaseDiffsDeclaredAgainstExisting(t *testing.T) {
 		create, drop     string
 		alter, changed   []string
 		refused, problem string
-		absent           bool
+		absent, kept     bool
 	}{
 		{name: "new database: the server's encoding and locale", want: shop,
 			create: `CREATE DATABASE "shop" OWNER "app" CONNECTION LIMIT -1`, changed: []string{"created"}},
@@ -49,13 +54,18 @@ func TestPlanDatabaseDiffsDeclaredAgainstExisting(t *testing.T) {
 		{name: "absent and gone", want: with(func(d *agentapi.ManagedDatabase) { d.Absent = true }), absent: true},
 		{name: "absent with an owner gone: still dropped", want: with(func(d *agentapi.ManagedDatabase) { d.Absent, d.Owner = true, "gone" }), have: asIs(),
 			drop: `DROP DATABASE "shop"`, changed: []string{"dropped"}},
+		{name: "not made by pgpilot, its owner as declared: adopted", want: with(func(d *agentapi.ManagedDatabase) { d.ConnectionLimit = 5 }), have: notMade("app"),
+			alter: []string{`ALTER DATABASE "shop" CONNECTION LIMIT 5`}, changed: []string{"connection limit"}},
+		{name: "not made by pgpilot, another owner: never taken from it", want: shop, have: notMade("payments"),
+			refused: "owned by payments, and pgpilot did not make it"},
+		{name: "not made by pgpilot and asked absent: kept", want: with(func(d *agentapi.ManagedDatabase) { d.Absent = true }), have: notMade("app"), kept: true},
 		{name: "names are quoted", want: with(func(d *agentapi.ManagedDatabase) { d.Name, d.Owner = `we"ird`, "app" }),
 			create: `CREATE DATABASE "we""ird" OWNER "app" CONNECTION LIMIT -1`, changed: []string{"created"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			plan := planDatabase(c.want, c.have, roles, []string{"app"})
-			if plan.create != c.create || plan.drop != c.drop || !slices.Equal(plan.alter, c.alter) || !slices.Equal(plan.changed, c.changed) || plan.absent != c.absent {
-				t.Errorf("got create %q drop %q alter %q changed %q absent %v", plan.create, plan.drop, plan.alter, plan.changed, plan.absent)
+			if plan.create != c.create || plan.drop != c.drop || !slices.Equal(plan.alter, c.alter) || !slices.Equal(plan.changed, c.changed) || plan.absent != c.absent || plan.kept != c.kept {
+				t.Errorf("got create %q drop %q alter %q changed %q absent %v kept %v", plan.create, plan.drop, plan.alter, plan.changed, plan.absent, plan.kept)
 			}
 			if !matches(plan.refused, c.refused) || !matches(plan.problem, c.problem) {
 				t.Errorf("refused %q (want %q), problem %q (want %q)", plan.refused, c.refused, plan.problem, c.problem)

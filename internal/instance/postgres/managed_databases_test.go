@@ -22,6 +22,7 @@ func TestReconcileDatabasesCreatesRepairsAndNeverDropsData(t *testing.T) {
 	inst := initialised(t)
 	admin := startedAsSuperuser(t, inst)
 	exec(t, admin, "CREATE ROLE shop_owner; CREATE ROLE etl")
+	exec(t, admin, "CREATE DATABASE payroll OWNER etl") // by hand: pgpilot may not take it
 	connect := func(ctx context.Context, database string) (*pgx.Conn, error) {
 		return postgres.Connect(ctx, inst.Port, "postgres", superuserPassword, database)
 	}
@@ -34,9 +35,19 @@ func TestReconcileDatabasesCreatesRepairsAndNeverDropsData(t *testing.T) {
 		{Name: "legacy", Owner: "shop_owner", Encoding: "LATIN1", Locale: "C", ConnectionLimit: -1},
 		{Name: "app", Owner: "shop_owner", ConnectionLimit: -1},
 		{Name: "ghost", Owner: "shop_owner", Absent: true},
+		{Name: "payroll", Owner: "shop_owner", ConnectionLimit: -1},
 	}}
-	results := reconcileDatabases(t, admin, connect, request, nil, 6)
-	expectDatabaseStates(t, results, "shop=Error legacy=Applied app=Error ghost=Absent")
+	results := reconcileDatabases(t, admin, connect, request, nil, 8)
+	expectDatabaseStates(t, results, "shop=Error legacy=Applied app=Error ghost=Absent payroll=Error")
+	if !strings.Contains(results[4].Message, "owned by etl, and pgpilot did not make it") {
+		t.Errorf("payroll: %q", results[4].Message)
+	}
+	// Asked absent, a database pgpilot did not make is kept, whatever its owner.
+	request.Databases[4].Absent = true
+	results = reconcileDatabases(t, admin, connect, request, nil, 0)
+	expectDatabaseStates(t, results, "payroll=Kept")
+	expectValue(t, admin, "SELECT count(*)::text FROM pg_database WHERE datname = 'payroll'", "1")
+	request.Databases = request.Databases[:4]
 	expectItems(t, results[0].Schemas, "sales=Applied staging=Applied")
 	expectItems(t, results[0].Extensions, "hstore=Applied citext=Applied postgis=Error pg_stat_statements=Error")
 	if !strings.Contains(results[0].Message, "does not ship extension postgis") || !strings.Contains(results[0].Extensions[3].Message, "not trusted") {
