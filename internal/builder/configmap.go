@@ -78,10 +78,7 @@ func PostgresqlConf(c *pgv1.PostgresCluster) string {
 			params[strings.ToLower(k)] = [2]string{k, v}
 		}
 	}
-	if c.Status.StatementStatistics {
-		preload := params["shared_preload_libraries"]
-		params["shared_preload_libraries"] = [2]string{cmp.Or(preload[0], "shared_preload_libraries"), withStatementStatistics(preload[1])}
-	}
+
 	for _, lower := range slices.Sorted(maps.Keys(params)) {
 		kv := params[lower]
 		fmt.Fprintf(&b, "%s = %s\n", kv[0], quote(kv[1]))
@@ -89,16 +86,49 @@ func PostgresqlConf(c *pgv1.PostgresCluster) string {
 	return b.String()
 }
 
-// withStatementStatistics is a shared_preload_libraries value with pg_stat_statements first.
-func withStatementStatistics(libraries string) string {
-	out := []string{StatementStatisticsLibrary}
-	for _, library := range strings.Split(libraries, ",") {
-		if library = strings.TrimSpace(library); library != "" && library != StatementStatisticsLibrary {
-			out = append(out, library)
+// WithStatementStatistics is the cluster as the configuration builder should see it when pgpilot
+// loads pg_stat_statements: shared_preload_libraries with it first, then the libraries the user
+// names (under whichever spelling of the setting wins, as PostgresqlConf merges them).
+func WithStatementStatistics(c *pgv1.PostgresCluster) *pgv1.PostgresCluster {
+	out := c.DeepCopy()
+	libraries := ""
+	for _, k := range slices.Sorted(maps.Keys(out.Spec.PostgreSQL.Parameters)) {
+		if strings.EqualFold(k, preloadSetting) {
+			libraries = string(out.Spec.PostgreSQL.Parameters[k])
+			delete(out.Spec.PostgreSQL.Parameters, k)
 		}
 	}
-	return strings.Join(out, ",")
+	merged := []string{StatementStatisticsLibrary}
+	for _, library := range strings.Split(libraries, ",") {
+		if library = strings.TrimSpace(library); library != "" && library != StatementStatisticsLibrary {
+			merged = append(merged, library)
+		}
+	}
+	if out.Spec.PostgreSQL.Parameters == nil {
+		out.Spec.PostgreSQL.Parameters = map[string]pgv1.ParameterValue{}
+	}
+	out.Spec.PostgreSQL.Parameters[preloadSetting] = pgv1.ParameterValue(strings.Join(merged, ","))
+	return out
 }
+
+// LoadsStatementStatistics says whether a postgresql.conf PostgresqlConf rendered loads
+// pg_stat_statements.
+func LoadsStatementStatistics(conf string) bool {
+	for _, line := range strings.Split(conf, "\n") {
+		name, value, ok := strings.Cut(line, " = ")
+		if !ok || !strings.EqualFold(name, preloadSetting) {
+			continue
+		}
+		for _, library := range strings.Split(strings.Trim(value, "'"), ",") {
+			if strings.TrimSpace(library) == StatementStatisticsLibrary {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+const preloadSetting = "shared_preload_libraries"
 
 // StatementStatisticsLibrary is the library, and extension, of statement statistics.
 const StatementStatisticsLibrary = "pg_stat_statements"

@@ -210,37 +210,33 @@ func TestBuildConfigMap(t *testing.T) {
 	}
 }
 
-// A cluster pgpilot created loads pg_stat_statements first, beside the user's libraries, with
-// whatever spelling the user gave the setting; one created before does not, to restart nothing.
-func TestPostgresqlConfLoadsStatementStatisticsForNewClusters(t *testing.T) {
+// With statement statistics pg_stat_statements comes first, beside the user's libraries, under
+// whichever spelling of the setting wins; a conf that loads it says so.
+func TestWithStatementStatistics(t *testing.T) {
 	for _, c := range []struct {
 		name       string
-		statistics bool
 		parameters map[string]pgv1.ParameterValue
 		want       string
-		absent     bool
 	}{
-		{name: "new cluster", statistics: true, want: "shared_preload_libraries = 'pg_stat_statements'\n"},
-		{name: "new cluster with the user's libraries", statistics: true,
-			parameters: map[string]pgv1.ParameterValue{"Shared_Preload_Libraries": "pgaudit, pg_stat_statements,auto_explain"},
-			want:       "Shared_Preload_Libraries = 'pg_stat_statements,pgaudit,auto_explain'\n"},
-		{name: "cluster from before", absent: true},
-		{name: "cluster from before, the user's libraries as they are",
-			parameters: map[string]pgv1.ParameterValue{"shared_preload_libraries": "pgaudit"}, want: "shared_preload_libraries = 'pgaudit'\n"},
+		{name: "no libraries of the user's", want: "shared_preload_libraries = 'pg_stat_statements'\n"},
+		{name: "the user's libraries", parameters: map[string]pgv1.ParameterValue{"Shared_Preload_Libraries": "pgaudit, pg_stat_statements,auto_explain"},
+			want: "shared_preload_libraries = 'pg_stat_statements,pgaudit,auto_explain'\n"},
+		{name: "two spellings: the one PostgresqlConf keeps", parameters: map[string]pgv1.ParameterValue{"SHARED_PRELOAD_LIBRARIES": "auto_explain", "shared_preload_libraries": "pgaudit"},
+			want: "shared_preload_libraries = 'pg_stat_statements,pgaudit'\n"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			cluster := &pgv1.PostgresCluster{}
-			cluster.Status.StatementStatistics = c.statistics
 			cluster.Spec.PostgreSQL.Parameters = c.parameters
-			conf := PostgresqlConf(cluster)
-			if c.absent {
-				if strings.Contains(strings.ToLower(conf), "shared_preload_libraries") {
-					t.Errorf("conf loads libraries:\n%s", conf)
-				}
-				return
+			before := PostgresqlConf(cluster)
+			conf := PostgresqlConf(WithStatementStatistics(cluster))
+			if !strings.Contains(conf, c.want) || strings.Count(strings.ToLower(conf), "shared_preload_libraries") != 1 {
+				t.Errorf("conf lacks %q, or has the setting twice:\n%s", c.want, conf)
 			}
-			if !strings.Contains(conf, c.want) {
-				t.Errorf("conf lacks %q:\n%s", c.want, conf)
+			if !LoadsStatementStatistics(conf) || LoadsStatementStatistics(before) != strings.Contains(before, "pg_stat_statements") {
+				t.Errorf("LoadsStatementStatistics is wrong of\n%s\nor of\n%s", conf, before)
+			}
+			if len(cluster.Spec.PostgreSQL.Parameters) != len(c.parameters) {
+				t.Error("the cluster itself was changed")
 			}
 		})
 	}

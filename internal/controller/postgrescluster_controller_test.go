@@ -81,28 +81,6 @@ var _ = Describe("PostgresCluster reconciler", func() {
 		Expect(c.Status.StatementStatistics).To(BeTrue())
 	})
 
-	It("does not load pg_stat_statements into a cluster that runs without it: that would restart it", func() {
-		sts := &appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{Name: cluster.Name, Namespace: cluster.Namespace}}
-		Eventually(get).WithArguments(sts).Should(Succeed())
-		Eventually(func(g Gomega) {
-			g.Expect(get(cluster)).To(Succeed())
-			g.Expect(cluster.Status.StatementStatistics).To(BeTrue())
-		}).Should(Succeed())
-		// As a cluster of 0.3.0 has it: running, its status without the field.
-		original := cluster.DeepCopy()
-		cluster.Status.StatementStatistics = false
-		Expect(k8sClient.Status().Patch(ctx, cluster, client.MergeFrom(original))).To(Succeed())
-		c := updateCluster(cluster, func(c *pgv1.PostgresCluster) {
-			c.Spec.PostgreSQL.Parameters = map[string]pgv1.ParameterValue{"max_connections": "120"}
-		})
-		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: pgbuilder.ConfigMapName(c), Namespace: c.Namespace}}
-		Eventually(func(g Gomega) {
-			g.Expect(get(cm)).To(Succeed())
-			g.Expect(cm.Data[agentapi.PostgresqlConfFile]).To(ContainSubstring("max_connections = '120'"))
-		}).Should(Succeed())
-		Expect(cm.Data[agentapi.PostgresqlConfFile]).NotTo(ContainSubstring("pg_stat_statements"))
-	})
-
 	It("never regenerates a password", func() {
 		secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: pgbuilder.SuperuserSecretName(cluster), Namespace: cluster.Namespace}}
 		Eventually(get).WithArguments(secret).Should(Succeed())

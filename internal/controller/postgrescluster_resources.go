@@ -12,6 +12,7 @@ import (
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/pgpilot/pgpilot-operator/api/agentapi"
+	pgv1 "github.com/pgpilot/pgpilot-operator/api/v1alpha1"
 	"github.com/pgpilot/pgpilot-operator/internal/apply"
 	pgbuilder "github.com/pgpilot/pgpilot-operator/internal/builder"
 	"github.com/pgpilot/pgpilot-operator/internal/controller/agentclient"
@@ -35,10 +36,11 @@ func (r *PostgresClusterReconciler) ensureConfigMap(ctx context.Context, s *scop
 	if isLegacySuperuserAccess(s.cluster, sts) {
 		s.cluster.Status.LegacySuperuserAccess = true
 	}
-	if sts == nil && s.cluster.Status.CurrentPrimary == "" {
-		s.cluster.Status.StatementStatistics = true // a new cluster: loading it restarts nothing
+	statistics, err := r.loadsStatementStatistics(ctx, s, sts)
+	if err != nil {
+		return nil, err
 	}
-	desired := pgbuilder.BuildConfigMap(withSuperuserAccess(s.cluster, s.cluster.Status.LegacySuperuserAccess),
+	desired := pgbuilder.BuildConfigMap(withStatementStatistics(withSuperuserAccess(s.cluster, s.cluster.Status.LegacySuperuserAccess), statistics),
 		agentapi.TLSPolicy{Required: s.tlsRequired})
 	s.configHash = agentapi.ConfigHash([]byte(desired.Data[agentapi.PostgresqlConfFile]), []byte(desired.Data[agentapi.HBAConfFile]))
 	live := &corev1.ConfigMap{} // as it was before this reconcile's apply
@@ -125,4 +127,28 @@ func ensureOwned[A apply.Config[A]](ctx context.Context, r *PostgresClusterRecon
 	recordWrite(kind, string(outcome))
 	logf.FromContext(ctx).Info("applied owned object", "kind", kind, "name", name, "outcome", outcome)
 	return nil
+}
+
+// loadsStatementStatistics says whether the cluster loads pg_stat_statements: a new one (no
+// StatefulSet, never a primary) does, one whose configuration loads it already keeps it (its
+// ConfigMap is the record, beside status.statementStatistics), and a cluster of an earlier
+// release running without it is not restarted to load it.
+func (r *PostgresClusterReconciler) loadsStatementStatistics(ctx context.Context, s *scope, sts *appsv1.StatefulSet) (bool, error) {
+	live := &corev1.ConfigMap{}
+	err := r.Get(ctx, client.ObjectKey{Namespace: s.cluster.Namespace, Name: pgbuilder.ConfigMapName(s.cluster)}, live)
+	if client.IgnoreNotFound(err) != nil {
+		return false, fmt.Errorf("get configmap: %w", err)
+	}
+	if s.cluster.Status.StatementStatistics || (sts == nil && s.cluster.Status.CurrentPrimary == "") ||
+		pgbuilder.LoadsStatementStatistics(live.Data[agentapi.PostgresqlConfFile]) {
+		s.cluster.Status.StatementStatistics = true
+	}
+	return s.cluster.Status.StatementStatistics, nil
+}
+
+func withStatementStatistics(c *pgv1.PostgresCluster, on bool) *pgv1.PostgresCluster {
+	if !on {
+		return c
+	}
+	return pgbuilder.WithStatementStatistics(c)
 }

@@ -94,7 +94,7 @@ var _ = Describe("operator-sdk scorecard", Ordered, Label(olmLabel), func() {
 		sa := &corev1.ServiceAccount{}
 		sa.Name, sa.Namespace = "scorecard", ns
 		Expect(k8s.Create(ctx, sa)).To(Succeed())
-		for _, kind := range []string{"postgrescluster", "backup", "scheduledbackup"} {
+		for _, kind := range []string{"postgrescluster", "backup", "scheduledbackup", "database"} {
 			binding := &rbacv1.RoleBinding{
 				RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "pgpilot-operator-" + kind + "-editor-role"},
 				Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: sa.Name, Namespace: ns}},
