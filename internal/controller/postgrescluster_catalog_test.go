@@ -14,6 +14,7 @@ import (
 	"k8s.io/client-go/tools/events"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	"github.com/pgpilot/pgpilot-operator/api/agentapi"
 	pgv1 "github.com/pgpilot/pgpilot-operator/api/v1alpha1"
@@ -21,9 +22,26 @@ import (
 
 // cachedDatabases is the cache as the catalog lane reads Databases from it, with objects.
 func cachedDatabases(t *testing.T, objects ...client.Object) client.WithWatch {
+	k8s, _ := countingWrites(t, objects...)
+	return k8s
+}
+
+// countingWrites is cachedDatabases that counts the writes made through it, patches included.
+func countingWrites(t *testing.T, objects ...client.Object) (client.WithWatch, *int) {
 	withTypes(t)
+	writes := new(int)
 	return fake.NewClientBuilder().WithScheme(scheme).WithObjects(objects...).WithStatusSubresource(&pgv1.Database{}).
-		WithIndex(&pgv1.Database{}, databasesByClusterIndex, databaseCluster).Build()
+		WithIndex(&pgv1.Database{}, databasesByClusterIndex, databaseCluster).
+		WithInterceptorFuncs(interceptor.Funcs{
+			Patch: func(ctx context.Context, c client.WithWatch, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
+				*writes++
+				return c.Patch(ctx, obj, patch, opts...)
+			},
+			SubResourcePatch: func(ctx context.Context, c client.Client, sub string, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
+				*writes++
+				return c.SubResource(sub).Patch(ctx, obj, patch, opts...)
+			},
+		}).Build(), writes
 }
 
 // fakeRolesAgent is the primary's agent as the catalog lane sees it.
@@ -147,7 +165,7 @@ func TestEnsureCatalogAppliesDatabasesAndDropsOnlyWhenAsked(t *testing.T) {
 			CreationTimestamp: metav1.NewTime(time.Now().Add(-age).Truncate(time.Second))},
 			Spec: pgv1.DatabaseSpec{Cluster: corev1.LocalObjectReference{Name: "db"}, Name: dbName, Owner: "shop", ReclaimPolicy: policy}}
 	}
-	k8s := cachedDatabases(t, database("shop", "shop", time.Hour, pgv1.ReclaimDelete), database("shop-copy", "shop", time.Minute, pgv1.ReclaimRetain),
+	k8s, writes := countingWrites(t, database("shop", "shop", time.Hour, pgv1.ReclaimDelete), database("shop-copy", "shop", time.Minute, pgv1.ReclaimRetain),
 		database("kept", "kept", time.Minute, pgv1.ReclaimRetain))
 	agent := &fakeRolesAgent{}
 	r := &PostgresClusterReconciler{Client: k8s, APIReader: k8s, CatalogAgents: agent, Recorder: events.NewFakeRecorder(50)}
@@ -202,6 +220,13 @@ func TestEnsureCatalogAppliesDatabasesAndDropsOnlyWhenAsked(t *testing.T) {
 		agentapi.DatabaseResult{Name: "kept", State: agentapi.RoleApplied})
 	if db := get("shop"); db.Status.State != agentapi.RoleApplied || db.Status.ObservedGeneration != 1 || db.Status.Extensions[0].Version != "1.8" {
 		t.Errorf("shop: %+v", db.Status)
+	}
+	// Standing Databases cost no send, no report read and no write.
+	sends, reads, written := len(agent.applied), agent.reads, *writes
+	pass()
+	pass()
+	if len(agent.applied) != sends || agent.reads != reads || *writes != written {
+		t.Errorf("standing Databases cost %d sends, %d report reads, %d writes", len(agent.applied)-sends, agent.reads-reads, *writes-written)
 	}
 
 	// Deleted: shop is sent absent and stays until its database is gone; kept goes at once.
