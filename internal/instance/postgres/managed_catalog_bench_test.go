@@ -12,6 +12,7 @@ import (
 
 	"github.com/pgpilot/pgpilot-operator/api/agentapi"
 	"github.com/pgpilot/pgpilot-operator/internal/instance/postgres"
+	"github.com/pgpilot/pgpilot-operator/test/pgtest"
 )
 
 var (
@@ -38,8 +39,10 @@ func BenchmarkCatalogPass(b *testing.B) {
 	if err := inst.Start(); err != nil {
 		b.Fatal(err)
 	}
+	pgtest.Connect(b, inst, "postgres", superuserPassword, "postgres") // waits for the server
+	// As the agent connects: over the socket, by peer authentication.
 	connect := func(ctx context.Context, database string) (*pgx.Conn, error) {
-		return postgres.Connect(ctx, inst.Port, "postgres", superuserPassword, database)
+		return postgres.ConnectLocal(ctx, inst.SocketDir, inst.Port, agentapi.Superuser, database)
 	}
 	admin, err := connect(ctx, "postgres")
 	if err != nil {
@@ -53,12 +56,23 @@ func BenchmarkCatalogPass(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
+	rolesDone := time.Now()
 	databases, databaseStatements, err := postgres.ReconcileDatabases(ctx, admin, connect, req, nil)
 	if err != nil {
 		b.Fatal(err)
 	}
 	firstPass := time.Since(start)
 	expectAllApplied(b, roles, databases)
+	// The first unchanged pass after the agent starts derives every password's keys once to
+	// compare them with the server's verifiers; the passes after it know the answers.
+	coldCPU := processCPU(b)
+	if _, _, err := postgres.ReconcileRoles(ctx, admin, req, nil); err != nil {
+		b.Fatal(err)
+	}
+	if _, _, err := postgres.ReconcileDatabases(ctx, admin, connect, req, nil); err != nil {
+		b.Fatal(err)
+	}
+	coldCPU = processCPU(b) - coldCPU
 
 	b.ResetTimer()
 	var unchangedStatements int
@@ -80,14 +94,23 @@ func BenchmarkCatalogPass(b *testing.B) {
 	b.StopTimer()
 	perPassCPU := unchangedCPU / time.Duration(b.N)
 	b.ReportMetric(firstPass.Seconds(), "first-pass-s")
+	b.ReportMetric(rolesDone.Sub(start).Seconds(), "first-pass-roles-s")
+	b.ReportMetric(float64(coldCPU.Microseconds())/1000, "first-unchanged-cpu-ms")
 	b.ReportMetric(float64(roleStatements+databaseStatements), "first-pass-statements")
 	b.ReportMetric(float64(unchangedStatements)/float64(b.N), "unchanged-statements")
 	b.ReportMetric(float64(unchangedTime.Milliseconds())/float64(b.N), "unchanged-ms")
 	b.ReportMetric(float64(perPassCPU.Microseconds())/1000, "unchanged-cpu-ms")
+	// Also as a line of the log: a benchmark over its budget prints no result line.
+	b.Logf("%d roles, %d databases: first pass %.2f s (roles %.2f s, %d statements); first unchanged pass %.1f ms of CPU; "+
+		"then per unchanged pass %.1f statements, %.1f ms, %.1f ms of CPU", *catalogBenchRoles, *catalogBenchDatabases,
+		firstPass.Seconds(), rolesDone.Sub(start).Seconds(), roleStatements+databaseStatements, float64(coldCPU.Microseconds())/1000,
+		float64(unchangedStatements)/float64(b.N), float64(unchangedTime.Milliseconds())/float64(b.N), float64(perPassCPU.Microseconds())/1000)
 	if unchangedStatements != 0 {
 		b.Errorf("a pass over the unchanged catalog ran %d statements, want none", unchangedStatements)
 	}
-	if *catalogBenchRoles == 200 && *catalogBenchDatabases == 50 {
+	// The budgets are checked on the measured run, not on the framework's first probe (b.N = 1),
+	// which would stop the benchmark before it reports.
+	if *catalogBenchRoles == 200 && *catalogBenchDatabases == 50 && b.N > 1 {
 		if firstPass > catalogFirstPassBudget {
 			b.Errorf("first pass took %s, budget %s", firstPass, catalogFirstPassBudget)
 		}
