@@ -222,6 +222,10 @@ var _ = Describe("Monitoring", Ordered, SpecPriority(slowSpecs), func() {
 	// README says a deleted pod loses no acknowledged write: its clean shutdown sends the
 	// standby every WAL record first.
 	It("fails over when the primary's pod is deleted, losing no acknowledged write with asynchronous replication", func(ctx SpecContext) {
+		// The claim needs a standby to send the WAL to: the spec before cut replication, and
+		// Ready does not wait for the standby to stream again (one CI rehearsal deleted the pod
+		// before it did, and lost a write the old primary had acknowledged alone).
+		Eventually(func(g Gomega) { expectReplicationWith(ctx, g, cluster, 2) }).WithTimeout(2 * time.Minute).WithPolling(time.Second).Should(Succeed())
 		underFault(ctx, cluster, "primary pod deleted, 2 instances, asynchronous", rtoCrash, func(old *corev1.Pod) {
 			Expect(k8s.Delete(ctx, old)).To(Succeed())
 		})
