@@ -303,3 +303,13 @@ func StartAgent(t TB, cfg agentapi.Config, inst *postgres.Instance, leases agent
 	t.Cleanup(func() { _ = r.Stop() })
 	return r
 }
+
+// ProcessCPU is the user and system CPU time this process has used: a benchmark's own work,
+// not the PostgreSQL server's, which runs in processes of its own.
+func ProcessCPU(t TB) time.Duration {
+	var usage syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &usage); err != nil {
+		t.Fatal(err)
+	}
+	return time.Duration(usage.Utime.Nano() + usage.Stime.Nano())
+}

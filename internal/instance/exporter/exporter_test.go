@@ -7,7 +7,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -157,23 +156,14 @@ func BenchmarkScrape(b *testing.B) {
 	e := newExporter(b, inst)
 	registry := prometheus.NewRegistry()
 	registry.MustRegister(e)
-	cpu := processCPU(b)
+	cpu := pgtest.ProcessCPU(b)
 	for b.Loop() {
 		if _, err := registry.Gather(); err != nil {
 			b.Fatal(err)
 		}
 	}
 	// The agent's own CPU (PostgreSQL's is its children's, not counted), GC included.
-	b.ReportMetric(float64(processCPU(b)-cpu)/float64(b.N), "cpu-ns/op")
-}
-
-// processCPU is the user and system CPU time this process has used.
-func processCPU(b *testing.B) time.Duration {
-	var usage syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &usage); err != nil {
-		b.Fatal(err)
-	}
-	return time.Duration(usage.Utime.Nano() + usage.Stime.Nano())
+	b.ReportMetric(float64(pgtest.ProcessCPU(b)-cpu)/float64(b.N), "cpu-ns/op")
 }
 
 // startPrimary starts a primary with pgpilot's roles and a monitoring role; prepare, when given,

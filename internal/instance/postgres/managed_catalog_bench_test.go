@@ -4,7 +4,6 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"syscall"
 	"testing"
 	"time"
 
@@ -65,20 +64,20 @@ func BenchmarkCatalogPass(b *testing.B) {
 	expectAllApplied(b, roles, databases)
 	// The first unchanged pass after the agent starts derives every password's keys once to
 	// compare them with the server's verifiers; the passes after it know the answers.
-	coldCPU := processCPU(b)
+	coldCPU := pgtest.ProcessCPU(b)
 	if _, _, err := postgres.ReconcileRoles(ctx, admin, req, nil); err != nil {
 		b.Fatal(err)
 	}
 	if _, _, err := postgres.ReconcileDatabases(ctx, admin, connect, req, nil); err != nil {
 		b.Fatal(err)
 	}
-	coldCPU = processCPU(b) - coldCPU
+	coldCPU = pgtest.ProcessCPU(b) - coldCPU
 
 	b.ResetTimer()
 	var unchangedStatements int
 	var unchangedCPU, unchangedTime time.Duration
 	for range b.N {
-		cpuBefore, started := processCPU(b), time.Now()
+		cpuBefore, started := pgtest.ProcessCPU(b), time.Now()
 		_, n, err := postgres.ReconcileRoles(ctx, admin, req, nil)
 		if err != nil {
 			b.Fatal(err)
@@ -88,7 +87,7 @@ func BenchmarkCatalogPass(b *testing.B) {
 			b.Fatal(err)
 		}
 		unchangedTime += time.Since(started)
-		unchangedCPU += processCPU(b) - cpuBefore
+		unchangedCPU += pgtest.ProcessCPU(b) - cpuBefore
 		unchangedStatements += n + m
 	}
 	b.StopTimer()
@@ -153,13 +152,4 @@ func expectAllApplied(b *testing.B, roles []agentapi.RoleResult, databases []age
 			b.Fatalf("database %s: %s %s", d.Name, d.State, d.Message)
 		}
 	}
-}
-
-// processCPU is the CPU time this process has used, user and system.
-func processCPU(b *testing.B) time.Duration {
-	var usage syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &usage); err != nil {
-		b.Fatal(err)
-	}
-	return time.Duration(usage.Utime.Nano() + usage.Stime.Nano())
 }

@@ -111,15 +111,26 @@ func reconcileDatabaseItems(ctx context.Context, connect Connector, want agentap
 		statements += len(plan.statements)
 		result.Schemas = append(result.Schemas, applyItemPlan(ctx, conn, schema.Name, plan))
 	}
+	extensionStatements := 0
 	for _, extension := range want.Extensions {
 		plan := planExtension(extension, extensions[extension.Name], available[extension.Name], want.Owner)
-		statements += len(plan.statements) + len(plan.superuser)
+		extensionStatements += len(plan.statements) + len(plan.superuser)
 		result.Extensions = append(result.Extensions, applyItemPlan(ctx, conn, extension.Name, plan))
 	}
 	if item := firstItemError(result); item != "" && result.State == agentapi.RoleApplied {
 		result.State, result.Message = agentapi.RoleError, item
 	}
-	return statements, refreshExtensionVersions(ctx, conn, result)
+	if extensionStatements > 0 { // the versions read before are stale
+		if extensions, err = readExtensions(ctx, conn, want); err != nil {
+			return statements + extensionStatements, err
+		}
+	}
+	for i := range result.Extensions {
+		if installed := extensions[result.Extensions[i].Name]; installed != nil && result.Extensions[i].State != agentapi.ItemAbsent {
+			result.Extensions[i].Version = installed.Version
+		}
+	}
+	return statements + extensionStatements, nil
 }
 
 func applyItemPlan(ctx context.Context, conn *pgx.Conn, name string, plan itemPlan) agentapi.ItemResult {
@@ -142,29 +153,6 @@ func applyItemPlan(ctx context.Context, conn *pgx.Conn, name string, plan itemPl
 		return agentapi.ItemResult{Name: name, State: agentapi.ItemAbsent, Changed: plan.changed}
 	}
 	return agentapi.ItemResult{Name: name, State: agentapi.RoleApplied, Changed: plan.changed}
-}
-
-// refreshExtensionVersions puts the installed version in each applied extension's result.
-func refreshExtensionVersions(ctx context.Context, conn *pgx.Conn, result *agentapi.DatabaseResult) error {
-	if len(result.Extensions) == 0 {
-		return nil
-	}
-	rows, err := conn.Query(ctx, "SELECT extname, extversion FROM pg_extension")
-	if err != nil {
-		return fmt.Errorf("read extensions: %w", err)
-	}
-	versions, err := pgx.CollectRows(rows, pgx.RowToStructByPos[struct{ Name, Version string }])
-	if err != nil {
-		return fmt.Errorf("read extensions: %w", err)
-	}
-	for i := range result.Extensions {
-		for _, v := range versions {
-			if v.Name == result.Extensions[i].Name && result.Extensions[i].State != agentapi.ItemAbsent {
-				result.Extensions[i].Version = v.Version
-			}
-		}
-	}
-	return nil
 }
 
 func firstItemError(result *agentapi.DatabaseResult) string {
@@ -201,19 +189,10 @@ func execOne(ctx context.Context, conn *pgx.Conn, statement string) error {
 
 // execAs runs statements in one transaction, as role when it is set.
 func execAs(ctx context.Context, conn *pgx.Conn, role string, statements []string) error {
-	return pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
-		if role != "" {
-			if _, err := tx.Exec(ctx, "SET LOCAL ROLE "+pgx.Identifier{role}.Sanitize()); err != nil {
-				return err
-			}
-		}
-		for _, statement := range statements {
-			if _, err := tx.Exec(ctx, statement); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
+	if role != "" {
+		statements = append([]string{"SET LOCAL ROLE " + pgx.Identifier{role}.Sanitize()}, statements...)
+	}
+	return execInTransaction(ctx, conn, statements)
 }
 
 func existingRoleNames(ctx context.Context, conn *pgx.Conn, names []string) (map[string]bool, error) {
@@ -261,7 +240,7 @@ func readDatabaseItems(ctx context.Context, conn *pgx.Conn, want agentapi.Manage
 	for _, e := range want.Extensions {
 		extensionNames = append(extensionNames, e.Name)
 	}
-	var name, owner, version, schema string
+	var name, owner string
 	schemas := map[string]*string{}
 	rows, err := conn.Query(ctx, "SELECT nspname, pg_get_userbyid(nspowner) FROM pg_namespace WHERE nspname = ANY($1)", schemaNames)
 	if err != nil {
@@ -275,21 +254,35 @@ func readDatabaseItems(ctx context.Context, conn *pgx.Conn, want agentapi.Manage
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("read schemas: %w", err)
 	}
-	extensions := map[string]*existingExtension{}
-	rows, err = conn.Query(ctx, `SELECT e.extname, e.extversion, n.nspname FROM pg_extension e
-		JOIN pg_namespace n ON n.oid = e.extnamespace WHERE e.extname = ANY($1)`, extensionNames)
+	extensions, err := readExtensions(ctx, conn, want)
 	if err != nil {
-		return nil, nil, nil, fmt.Errorf("read extensions: %w", err)
+		return nil, nil, nil, err
 	}
+	available, err := readAvailableExtensions(ctx, conn, extensionNames)
+	return schemas, extensions, available, err
+}
+
+// readExtensions reads the declared extensions installed in the database conn is to.
+func readExtensions(ctx context.Context, conn *pgx.Conn, want agentapi.ManagedDatabase) (map[string]*existingExtension, error) {
+	names := make([]string, 0, len(want.Extensions))
+	for _, e := range want.Extensions {
+		names = append(names, e.Name)
+	}
+	rows, err := conn.Query(ctx, `SELECT e.extname, e.extversion, n.nspname FROM pg_extension e
+		JOIN pg_namespace n ON n.oid = e.extnamespace WHERE e.extname = ANY($1)`, names)
+	if err != nil {
+		return nil, fmt.Errorf("read extensions: %w", err)
+	}
+	extensions := map[string]*existingExtension{}
+	var name, version, schema string
 	_, err = pgx.ForEachRow(rows, []any{&name, &version, &schema}, func() error {
 		extensions[name] = &existingExtension{Version: version, Schema: schema}
 		return nil
 	})
 	if err != nil {
-		return nil, nil, nil, fmt.Errorf("read extensions: %w", err)
+		return nil, fmt.Errorf("read extensions: %w", err)
 	}
-	available, err := readAvailableExtensions(ctx, conn, extensionNames)
-	return schemas, extensions, available, err
+	return extensions, nil
 }
 
 func readAvailableExtensions(ctx context.Context, conn *pgx.Conn, names []string) (map[string]*availableExtension, error) {

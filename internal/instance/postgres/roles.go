@@ -108,11 +108,13 @@ var rewindFunctions = []string{
 // none of them: not by log_statement, log_min_duration_statement nor, should one fail,
 // log_min_error_statement.
 func execUnlogged(ctx context.Context, conn *pgx.Conn, statements ...string) error {
+	return execInTransaction(ctx, conn, append([]string{"SET LOCAL log_statement = 'none'; SET LOCAL log_min_duration_statement = -1; " +
+		"SET LOCAL log_min_error_statement = 'panic'"}, statements...))
+}
+
+// execInTransaction runs statements in one transaction: all of them or none.
+func execInTransaction(ctx context.Context, conn *pgx.Conn, statements []string) error {
 	return pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, "SET LOCAL log_statement = 'none'; SET LOCAL log_min_duration_statement = -1; "+
-			"SET LOCAL log_min_error_statement = 'panic'"); err != nil {
-			return err
-		}
 		for _, statement := range statements {
 			if _, err := tx.Exec(ctx, statement); err != nil {
 				return err
