@@ -122,14 +122,18 @@ func hostileTenantSpecs(cluster func() *pgv1.PostgresCluster) {
 			}
 		}
 		Expect(standby).NotTo(BeEmpty())
+		// The holder renews the Lease every few seconds: a renewal between the read and the write
+		// is a conflict, which the API server reports before admission could refuse the write.
 		move := func(token kubernetes.Interface, change func(*coordinationv1.Lease)) error {
-			lease, err := token.CoordinationV1().Leases(c.Namespace).Get(ctx, pgbuilder.PrimaryLeaseName(c), metav1.GetOptions{})
-			if err != nil {
+			return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+				lease, err := token.CoordinationV1().Leases(c.Namespace).Get(ctx, pgbuilder.PrimaryLeaseName(c), metav1.GetOptions{})
+				if err != nil {
+					return err
+				}
+				change(lease)
+				_, err = token.CoordinationV1().Leases(c.Namespace).Update(ctx, lease, metav1.UpdateOptions{})
 				return err
-			}
-			change(lease)
-			_, err = token.CoordinationV1().Leases(c.Namespace).Update(ctx, lease, metav1.UpdateOptions{})
-			return err
+			})
 		}
 		to := func(holder string) func(*coordinationv1.Lease) {
 			return func(l *coordinationv1.Lease) {
