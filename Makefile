@@ -121,32 +121,31 @@ vet: ## Run go vet against code.
 	go vet ./...
 
 .PHONY: test
-test: host-packages manifests generate fmt vet lint lint-shell envtest versitygw operator-sdk opm kustomize ## Run every test: golangci-lint, shellcheck, the e2e specs on the local cluster, with a few seconds of every fuzz target, the unit and envtest suites, packaging checks and benchmark budgets (test-unit) running beside its OLM phase.
-	@# The recipes of test-e2e and test-unit, without their prerequisites again: this target has
-	@# made them, and CI's CPU is the limit.
-	E2E_BESIDE_OLM='$(MAKE) --no-print-directory fuzz-short && $(UNIT_TESTS) && $(IMAGE_TESTS)' test/e2e/run.sh
+test: host-packages manifests generate fmt vet lint lint-shell envtest versitygw operator-sdk opm kustomize ## Run every test: golangci-lint, shellcheck, the e2e specs on the local cluster with the real-server suites (test-real-servers) beside its deploy phase, and a few seconds of every fuzz target, the unit and envtest suites, packaging checks and benchmark budgets (test-unit) beside its OLM phase.
+	@# The recipes of test-e2e, test-real-servers and test-unit, without their prerequisites
+	@# again: this target has made them, and CI's CPU is the limit.
+	E2E_BESIDE_DEPLOY='$(REAL_SERVER_TESTS)' \
+	E2E_BESIDE_OLM='$(MAKE) --no-print-directory fuzz-short && $(UNIT_TESTS_BUT_REAL_SERVERS)' test/e2e/run.sh
 
 # UNIT_TESTS are the unit and envtest suites, packaging checks and benchmark budgets. They run
 # beside the OLM phase on 2 cores, where the agent's real-server suite takes about 3x its time
 # alone (385 s in one run): go test's default 10-minute limit per package is too close.
 GO_TEST_FLAGS ?= -timeout 25m
 UNIT_TESTS = KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" PGPILOT_VERSITYGW="$(VERSITYGW)" go test $(GO_TEST_FLAGS) ./... -coverprofile cover.out
+# make test runs the agent's suite with the other real-server suites instead.
+UNIT_TESTS_BUT_REAL_SERVERS = KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" PGPILOT_VERSITYGW="$(VERSITYGW)" \
+	go test $(GO_TEST_FLAGS) $$(go list ./... | grep -v '/internal/instance/agent$$') -coverprofile cover.out
 
-# IMAGE_TESTS run the real-server suites against every other major pgpilot ships (the host has
-# Debian 12's PostgreSQL 15), inside the root filesystem of pgpilot's image of that major
-# (hack/test-in-image.sh; the local cluster builds the same roots for its images): the server,
-# exporter and pgBackRest suites on each, the agent's on the newest too (the default major's
-# agent runs under every e2e spec; the agent's suite is the longest, and CI's time is the budget).
-IMAGE_TEST_MAJORS = $(shell awk '$$1 ~ /^[0-9]+$$/ && $$1 != 15 { print $$1 }' images/postgresql/majors)
-IMAGE_TEST_NEWEST = $(lastword $(IMAGE_TEST_MAJORS))
-IMAGE_TEST_PACKAGES = ./internal/instance/postgres ./internal/instance/exporter ./internal/instance/pgbackrest
-IMAGE_TESTS = for major in $(IMAGE_TEST_MAJORS); do packages="$(IMAGE_TEST_PACKAGES)"; \
-	if [ "$$major" = "$(IMAGE_TEST_NEWEST)" ]; then packages="$$packages ./internal/instance/agent"; fi; \
-	PGPILOT_VERSITYGW="$(VERSITYGW)" hack/test-in-image.sh $$major $$packages || exit 1; done
+# REAL_SERVER_TESTS run the suites that start real PostgreSQL servers on every major pgpilot
+# ships, all at once (hack/test-real-servers.sh): the agent's on the host's PostgreSQL 15, and,
+# inside the root filesystem of pgpilot's image of each other major (hack/test-in-image.sh; the
+# local cluster builds the same roots for its images), the server, exporter and pgBackRest
+# suites, with the agent's on the newest too. They mostly wait on the servers' timers.
+REAL_SERVER_TESTS = GO_TEST_FLAGS="$(GO_TEST_FLAGS)" PGPILOT_VERSITYGW="$(VERSITYGW)" hack/test-real-servers.sh
 
-.PHONY: test-majors
-test-majors: versitygw ## Run the real-server suites against PostgreSQL 17 and 18 inside pgpilot's images of them (root: chroot).
-	$(IMAGE_TESTS)
+.PHONY: test-real-servers
+test-real-servers: host-packages versitygw ## Run the real-server suites on PostgreSQL 15 (host) and 17 and 18 inside pgpilot's images of them (root: chroot), all at once.
+	$(REAL_SERVER_TESTS)
 
 .PHONY: test-unit
 test-unit: host-packages manifests envtest versitygw operator-sdk opm ## Run the unit and envtest suites, packaging checks and the benchmark budgets (no local cluster).

@@ -23,7 +23,7 @@ func Carried(t TB) postgres.Carried {
 	t.Helper()
 	dir := os.Getenv("PGPILOT_PG_CARRIED")
 	if dir == "" {
-		t.Fatalf("PGPILOT_PG_CARRIED is not set: the upgrade tests of PostgreSQL %d need an older major's carried binaries (make test-majors)", Major(t))
+		t.Fatalf("PGPILOT_PG_CARRIED is not set: the upgrade tests of PostgreSQL %d need an older major's carried binaries (make test-real-servers)", Major(t))
 	}
 	carried, found, err := postgres.FindCarried(dir)
 	if err != nil || !found {

@@ -172,7 +172,7 @@ func TestMajorUpgradeFailingBeforeThePointOfNoReturnLeavesTheOldMajorPrimary(t *
 func carriedOrSkip(t *testing.T) postgres.Carried {
 	t.Helper()
 	if pgtest.Major(t) == pgtest.OldestMajor {
-		t.Skipf("PostgreSQL %d is the oldest major: its upgrade tests run in the newer majors' roots (make test-majors)", pgtest.Major(t))
+		t.Skipf("PostgreSQL %d is the oldest major: its upgrade tests run in the newer majors' roots (make test-real-servers)", pgtest.Major(t))
 	}
 	return pgtest.Carried(t)
 }

@@ -21,7 +21,7 @@ const upgradeRows = 1000000
 // pg_upgrade of this major, pgBackRest and the S3 server; in the newer majors' roots.
 func TestMajorUpgradeRebuildsAReplicaByDeltaRestore(t *testing.T) {
 	if pgtest.Major(t) == pgtest.OldestMajor {
-		t.Skipf("PostgreSQL %d is the oldest major: its upgrade tests run in the newer majors' roots (make test-majors)", pgtest.Major(t))
+		t.Skipf("PostgreSQL %d is the oldest major: its upgrade tests run in the newer majors' roots (make test-real-servers)", pgtest.Major(t))
 	}
 	ctx := context.Background()
 	carried := pgtest.Carried(t)

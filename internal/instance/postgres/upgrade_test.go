@@ -23,12 +23,12 @@ import (
 // The major upgrade on real servers: a primary and a hot standby of the older major run from
 // binaries carried into this major's root (as the new image runs them), the check runs live
 // against the standby, and the standby, promoted and stopped, is upgraded by pg_upgrade of this
-// major. It runs in the newer majors' roots (make test-majors); on the oldest major there is
+// major. It runs in the newer majors' roots (make test-real-servers); on the oldest major there is
 // nothing to upgrade from.
 
 func skipOnOldestMajor(t *testing.T) {
 	if major := pgtest.Major(t); major == pgtest.OldestMajor {
-		t.Skipf("PostgreSQL %d is the oldest major: its upgrade tests run in the newer majors' roots (make test-majors)", major)
+		t.Skipf("PostgreSQL %d is the oldest major: its upgrade tests run in the newer majors' roots (make test-real-servers)", major)
 	}
 }
 
