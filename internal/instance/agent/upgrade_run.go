@@ -128,7 +128,7 @@ func (a *Agent) upgradeToImageMajor(ctx context.Context, carried postgres.Carrie
 	}
 	u.step(agentapi.UpgradeStepPointOfNoReturn)
 	a.Instance.LeaveCarried(carried, a.Config.BinDir)
-	if err := a.Instance.Start(); err != nil {
+	if err := a.startHoldingTheLease(ctx); err != nil {
 		return fmt.Errorf("start the new major (past the point of no return: only forward): %w", err)
 	}
 	return a.openAfterMajorUpgrade(ctx, upgrade, req.Slots)
@@ -143,13 +143,25 @@ func (a *Agent) revertMajorUpgrade(ctx context.Context, upgrade *postgres.MajorU
 	a.upgradeRun.mu.Lock()
 	a.upgradeRun.result.Step, a.upgradeRun.result.FollowKit = agentapi.UpgradeStepReverted, false
 	a.upgradeRun.mu.Unlock()
-	if err := a.Instance.Start(); err != nil {
+	if err := a.startHoldingTheLease(ctx); err != nil {
 		return errors.Join(cause, fmt.Errorf("start the old major again: %w", err))
 	}
 	if err := a.ensureSlotsOnceAccepting(ctx, slots); err != nil {
 		return errors.Join(cause, fmt.Errorf("the old major's slots: %w", err))
 	}
 	return fmt.Errorf("the upgrade failed before its point of no return, the old major runs again: %w", cause)
+}
+
+// startHoldingTheLease renews the primary Lease, then starts the server as the primary. The
+// last renewal came before pg_upgrade, which can run longer than a Lease may go unrenewed (a
+// large database, a busy node), and with no standby streaming yet nothing else vouches for the
+// new primary: the lease guard would fence it as it starts. A renewal that fails leaves the
+// decision to the guard's rule, as for any primary.
+func (a *Agent) startHoldingTheLease(ctx context.Context) error {
+	if _, err := a.keeper().Renew(ctx); err != nil {
+		a.Log.Error(err, "renewing the primary lease before the upgraded server starts; the lease guard decides")
+	}
+	return a.Instance.Start()
 }
 
 // ensureSlotsOnceAccepting makes the replication slots once the server just started accepts

@@ -4,8 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/pgpilot/pgpilot-operator/api/agentapi"
 	"github.com/pgpilot/pgpilot-operator/internal/instance/postgres"
@@ -39,9 +42,12 @@ func upgradePair(t *testing.T, carried postgres.Carried, onOldPrimary string) (s
 		inst.BinDir, inst.Env = carried.BinDir(), carried.Env()
 		return func(cfg *agentapi.Config) { cfg.BinDir = carried.BinDir() }
 	}
+	// pg_upgrade takes longer than a Lease may go unrenewed, as it does on a large database or a
+	// busy node: the server it upgraded must not be fenced when it starts.
+	newBinDir := slowPgUpgrade(t, pgtest.BinDir(t), agentapi.LeaseFenceAfter+2*time.Second)
 	newImage := func(inst *postgres.Instance) func(*agentapi.Config) {
 		inst.BinDir, inst.Env = pgtest.BinDir(t), nil
-		return func(cfg *agentapi.Config) { cfg.CarriedDir = carried.Dir }
+		return func(cfg *agentapi.Config) { cfg.BinDir, cfg.CarriedDir = newBinDir, carried.Dir }
 	}
 	primary := start(primaryInst, "db-0", oldImage(primaryInst))
 	standby = start(standbyInst, "db-1", oldImage(standbyInst))
@@ -76,6 +82,36 @@ func upgradePair(t *testing.T, carried postgres.Carried, onOldPrimary string) (s
 	pgtest.WaitReplayedTo(t, standbyInst, demoted.ShutdownLSN, credentials.SuperuserPassword)
 	leases.Grant("db-1")
 	return standby, standbyInst
+}
+
+// slowPgUpgrade is a directory of binDir's programs in which pg_upgrade starts after delay.
+func slowPgUpgrade(t *testing.T, binDir string, delay time.Duration) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "pgpilot-slow-bin-") // t.TempDir's parent is closed to the server's user
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	entries, err := os.ReadDir(binDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, entry := range entries {
+		if entry.Name() != "pg_upgrade" {
+			if err := os.Symlink(filepath.Join(binDir, entry.Name()), filepath.Join(dir, entry.Name())); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	script := fmt.Sprintf("#!/bin/sh\nsleep %d\nexec %q \"$@\"\n", int(delay.Seconds()), filepath.Join(binDir, "pg_upgrade"))
+	if err := os.WriteFile(filepath.Join(dir, "pg_upgrade"), []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// The server's OS user runs them.
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return dir
 }
 
 func endpoint(r *pgtest.RunningAgent) agentapi.Endpoint {
