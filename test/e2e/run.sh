@@ -18,14 +18,11 @@
 #   E2E_PHASES           "deploy olm" (default), or one of them
 #   E2E_DEPLOY_LABELS    the deploy phase's label filter (default "!olm && !upgrade-bench": the
 #                        major upgrade benchmark, `make bench-major-upgrade`, loads gigabytes)
-#   E2E_BESIDE_DEPLOY    a command run beside the deploy phase, from the moment the operator is
-#                        deployed (`make test` runs the real-server suites there: they mostly
-#                        wait on PostgreSQL's and the agent's timers, and the deploy phase leaves
-#                        a third of the CPU idle)
-#   E2E_BESIDE_OLM       a command run beside the OLM phase, whose specs mostly wait on OLM
-#                        (`make test` runs the unit and envtest suites there). Without an OLM
-#                        phase it runs after the specs.
-#                        Each one's output is printed when it ends, and its failure fails the run.
+#   E2E_BESIDE_OLM       a command run beside the OLM phase, whose specs mostly wait on OLM and
+#                        have no time budget (`make test` runs the unit, envtest and real-server
+#                        suites there; beside the deploy phase they starved its failovers past
+#                        their budgets). Its output is printed when it ends, and its failure
+#                        fails the run. Without an OLM phase it runs after the specs.
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
@@ -60,22 +57,20 @@ wait_all_background() {
   return "$status"
 }
 
-# start_beside PHASE COMMAND: run COMMAND (may be empty) beside PHASE.
 start_beside() {
-  [[ -n $2 ]] || return 0
-  echo "e2e: running beside the $1 phase: $2"
+  [[ -n ${E2E_BESIDE_OLM:-} ]] || return 0
+  echo "e2e: running beside the OLM phase: $E2E_BESIDE_OLM"
   # shellcheck disable=SC2016 # expanded by the inner bash
-  in_background "beside-$1" bash -c 'started=$SECONDS status=0; bash -c "$1" || status=$?
-    echo "e2e: it ran for $((SECONDS - started))s"; exit "$status"' _ "$2"
+  in_background beside bash -c 'started=$SECONDS status=0; bash -c "$1" || status=$?
+    echo "e2e: it ran for $((SECONDS - started))s"; exit "$status"' _ "$E2E_BESIDE_OLM"
 }
-# finish_beside PHASE waits for what runs beside PHASE, prints what it printed and returns its
-# status.
+# finish_beside waits for the command, prints what it printed and returns its status.
 finish_beside() {
-  [[ -n ${bg_pid[beside-$1]:-} ]] || return 0
+  [[ -n ${bg_pid[beside]:-} ]] || return 0
   local status=0 started=$SECONDS
-  echo "e2e: what ran beside the $1 phase printed:"
-  wait_background "beside-$1" || status=$?
-  echo "e2e: what ran beside the $1 phase: exit status $status, waited for $((SECONDS - started))s after the specs"
+  echo "e2e: what ran beside the OLM phase printed:"
+  wait_background beside || status=$?
+  echo "e2e: what ran beside the OLM phase: exit status $status, waited for $((SECONDS - started))s after the specs"
   return "$status"
 }
 
@@ -108,8 +103,7 @@ print_digest() {
 
 teardown() {
   local status=$?
-  finish_beside deploy || status=1
-  finish_beside olm || status=1
+  finish_beside || status=1
   wait_all_background || status=1
   take_down || status=1
   print_digest || status=1
@@ -172,7 +166,6 @@ if [[ " $phases " == *" deploy "* ]]; then
   wait_background worker
   wait_background s3
   echo "e2e: cluster and operator ready in $((SECONDS - start))s"
-  start_beside deploy "${E2E_BESIDE_DEPLOY:-}"
   # OLM and pgpilot's catalog come up beside the specs (they touch nothing of pgpilot's until
   # the OLM phase subscribes), so that phase starts at once.
   if [[ " $phases " == *" olm "* ]]; then in_background olm "$LOCALCLUSTER" olm; fi
@@ -187,7 +180,7 @@ if [[ " $phases " == *" olm "* ]]; then
     "$LOCALCLUSTER" olm
   fi
   echo "e2e: OLM and pgpilot's catalog ready $((SECONDS - start))s after the deploy phase"
-  start_beside olm "${E2E_BESIDE_OLM:-}"
+  start_beside
   # shellcheck source=/dev/null
   source <("$LOCALCLUSTER" registry)
   export E2E_REGISTRY=$REGISTRY_ADDR E2E_REGISTRY_CA=$REGISTRY_CA E2E_INDEX_IMAGE=$OPM_INDEX_IMAGE
@@ -197,6 +190,5 @@ if [[ " $phases " == *" olm "* ]]; then
 fi
 # What runs beside needs no cluster: it gets the CPU the cluster's daemons would take.
 take_down
-[[ -n ${bg_pid[beside-olm]:-} ]] || start_beside olm "${E2E_BESIDE_OLM:-}"
-finish_beside deploy
-finish_beside olm
+[[ -n ${bg_pid[beside]:-} ]] || start_beside
+finish_beside
