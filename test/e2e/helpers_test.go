@@ -150,6 +150,35 @@ func dumpOnFailure(ctx context.Context) {
 	}
 	AddReportEntry("operator log", deploymentLogTail(ctx, operatorNamespace, operatorDeployment, 100))
 	AddReportEntry("instance logs", instanceLogTails(ctx, 30))
+	AddReportEntry("what the agents said", agentLogLines(ctx, 40))
+}
+
+// agentLogLines is, for every instance pod, the last lines the agent itself logged (the records
+// of its own decisions: fences, promotions, upgrades, errors) out of the last thousands of lines
+// of the container, which PostgreSQL's and its tools' output fill.
+func agentLogLines(ctx context.Context, lines int) string {
+	pods := &corev1.PodList{}
+	if err := k8s.List(ctx, pods, client.MatchingLabels{"app.kubernetes.io/managed-by": "pgpilot"}); err != nil {
+		return err.Error()
+	}
+	var out strings.Builder
+	for _, pod := range pods.Items {
+		stream, err := clientset.CoreV1().Pods(pod.Namespace).GetLogs(pod.Name, &corev1.PodLogOptions{
+			Container: "postgres", TailLines: ptr.To[int64](5000)}).Stream(ctx)
+		if err != nil {
+			continue // the node is down
+		}
+		data, _ := io.ReadAll(stream)
+		_ = stream.Close()
+		var agent []string
+		for line := range strings.Lines(string(data)) {
+			if strings.Contains(line, `"logger":"agent"`) {
+				agent = append(agent, line)
+			}
+		}
+		fmt.Fprintf(&out, "--- %s/%s\n%s", pod.Namespace, pod.Name, strings.Join(agent[max(0, len(agent)-lines):], ""))
+	}
+	return out.String()
 }
 
 // instanceLogTails is the end of the PostgreSQL container's log of every instance pod, and of
