@@ -157,40 +157,33 @@ func dumpOnFailure(ctx context.Context) {
 // of its own decisions: fences, promotions, upgrades, errors) out of the last thousands of lines
 // of the container, which PostgreSQL's and its tools' output fill.
 func agentLogLines(ctx context.Context, lines int) string {
-	pods := &corev1.PodList{}
-	if err := k8s.List(ctx, pods, client.MatchingLabels{"app.kubernetes.io/managed-by": "pgpilot"}); err != nil {
-		return err.Error()
-	}
-	var out strings.Builder
-	for _, pod := range pods.Items {
-		stream, err := clientset.CoreV1().Pods(pod.Namespace).GetLogs(pod.Name, &corev1.PodLogOptions{
-			Container: "postgres", TailLines: ptr.To[int64](5000)}).Stream(ctx)
-		if err != nil {
-			continue // the node is down
-		}
-		data, _ := io.ReadAll(stream)
-		_ = stream.Close()
+	return eachInstanceLog(ctx, []bool{false}, 5000, func(data []byte) string {
 		var agent []string
 		for line := range strings.Lines(string(data)) {
 			if strings.Contains(line, `"logger":"agent"`) {
 				agent = append(agent, line)
 			}
 		}
-		fmt.Fprintf(&out, "--- %s/%s\n%s", pod.Namespace, pod.Name, strings.Join(agent[max(0, len(agent)-lines):], ""))
-	}
-	return out.String()
+		return strings.Join(agent[max(0, len(agent)-lines):], "")
+	})
 }
 
 // instanceLogTails is the end of the PostgreSQL container's log of every instance pod, and of
 // its previous run when it restarted.
 func instanceLogTails(ctx context.Context, lines int64) string {
+	return eachInstanceLog(ctx, []bool{true, false}, lines, func(data []byte) string { return string(data) })
+}
+
+// eachInstanceLog is what show makes of the last lines of the PostgreSQL container's log of
+// every instance pod, for each of its runs asked for (previous or current) that has one.
+func eachInstanceLog(ctx context.Context, runs []bool, lines int64, show func([]byte) string) string {
 	pods := &corev1.PodList{}
 	if err := k8s.List(ctx, pods, client.MatchingLabels{"app.kubernetes.io/managed-by": "pgpilot"}); err != nil {
 		return err.Error()
 	}
 	var out strings.Builder
 	for _, pod := range pods.Items {
-		for _, previous := range []bool{true, false} {
+		for _, previous := range runs {
 			stream, err := clientset.CoreV1().Pods(pod.Namespace).GetLogs(pod.Name, &corev1.PodLogOptions{
 				Container: "postgres", Previous: previous, TailLines: ptr.To(lines)}).Stream(ctx)
 			if err != nil {
@@ -198,7 +191,7 @@ func instanceLogTails(ctx context.Context, lines int64) string {
 			}
 			data, _ := io.ReadAll(stream)
 			_ = stream.Close()
-			fmt.Fprintf(&out, "--- %s/%s (previous run: %v)\n%s", pod.Namespace, pod.Name, previous, data)
+			fmt.Fprintf(&out, "--- %s/%s (previous run: %v)\n%s", pod.Namespace, pod.Name, previous, show(data))
 		}
 	}
 	return out.String()

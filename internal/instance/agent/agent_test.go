@@ -52,7 +52,7 @@ func do(req *http.Request) (int, string, error) {
 // waitReady waits until the agent's readiness probe answers 200.
 func waitReady(t *testing.T, r *pgtest.RunningAgent) {
 	t.Helper()
-	pgtest.Eventually(t, "agent ready at "+r.URL, func() error {
+	pgtest.EventuallyWithin(t, "agent ready at "+r.URL, pgtest.BringUpWait, func() error {
 		if code, body, err := get(r.URL+agentapi.PathReadiness, ""); err != nil || code != http.StatusOK {
 			return fmt.Errorf("%d %s (%v)", code, body, err)
 		}

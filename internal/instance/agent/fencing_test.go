@@ -41,7 +41,7 @@ func agentsBehindRW(t *testing.T, pods ...string) (*pgtest.MemoryLeases, *pgtest
 		instances[pod] = pgtest.StartAgent(t, agentConfig(t, pod, inst, rw.Port), inst, leases)
 	}
 	for _, pod := range pods[1:] {
-		pgtest.Eventually(t, pod+" streams", func() error {
+		pgtest.EventuallyWithin(t, pod+" streams", pgtest.BringUpWait, func() error {
 			s, err := status(instances[pod])
 			if err == nil && !s.Streaming {
 				err = fmt.Errorf("%s %+v", pod, s)
