@@ -121,7 +121,7 @@ func reconcileDatabaseItems(ctx context.Context, connect Connector, want agentap
 		result.State, result.Message = agentapi.RoleError, item
 	}
 	if extensionStatements > 0 { // the versions read before are stale
-		if extensions, err = readExtensions(ctx, conn, want); err != nil {
+		if extensions, err = readExtensions(ctx, conn, declaredExtensionNames(want)); err != nil {
 			return statements + extensionStatements, err
 		}
 	}
@@ -233,12 +233,9 @@ func readDatabases(ctx context.Context, conn *pgx.Conn, names []string) (map[str
 // readDatabaseItems reads, in the database conn is to, the declared schemas' owners, the
 // installed extensions and what the image ships of the declared ones.
 func readDatabaseItems(ctx context.Context, conn *pgx.Conn, want agentapi.ManagedDatabase) (map[string]*string, map[string]*existingExtension, map[string]*availableExtension, error) {
-	schemaNames, extensionNames := make([]string, 0, len(want.Schemas)), make([]string, 0, len(want.Extensions))
+	schemaNames := make([]string, 0, len(want.Schemas))
 	for _, s := range want.Schemas {
 		schemaNames = append(schemaNames, s.Name)
-	}
-	for _, e := range want.Extensions {
-		extensionNames = append(extensionNames, e.Name)
 	}
 	var name, owner string
 	schemas := map[string]*string{}
@@ -254,7 +251,8 @@ func readDatabaseItems(ctx context.Context, conn *pgx.Conn, want agentapi.Manage
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("read schemas: %w", err)
 	}
-	extensions, err := readExtensions(ctx, conn, want)
+	extensionNames := declaredExtensionNames(want)
+	extensions, err := readExtensions(ctx, conn, extensionNames)
 	if err != nil {
 		return nil, nil, nil, err
 	}
@@ -262,12 +260,16 @@ func readDatabaseItems(ctx context.Context, conn *pgx.Conn, want agentapi.Manage
 	return schemas, extensions, available, err
 }
 
-// readExtensions reads the declared extensions installed in the database conn is to.
-func readExtensions(ctx context.Context, conn *pgx.Conn, want agentapi.ManagedDatabase) (map[string]*existingExtension, error) {
+func declaredExtensionNames(want agentapi.ManagedDatabase) []string {
 	names := make([]string, 0, len(want.Extensions))
 	for _, e := range want.Extensions {
 		names = append(names, e.Name)
 	}
+	return names
+}
+
+// readExtensions reads which of the named extensions are installed in the database conn is to.
+func readExtensions(ctx context.Context, conn *pgx.Conn, names []string) (map[string]*existingExtension, error) {
 	rows, err := conn.Query(ctx, `SELECT e.extname, e.extversion, n.nspname FROM pg_extension e
 		JOIN pg_namespace n ON n.oid = e.extnamespace WHERE e.extname = ANY($1)`, names)
 	if err != nil {
