@@ -65,18 +65,23 @@ func (r *PostgresClusterReconciler) switchover(ctx context.Context, s *scope) (*
 	if s.switchoverLSN == "" {
 		return r.demoteForSwitchover(ctx, s, old)
 	}
-	if st := r.awaitCatchUp(s, old); st != nil {
-		return st, nil
+	// The old primary shut down and runs as a standby: it no longer renews the Lease.
+	lease, err := r.readPrimaryLease(ctx, s)
+	if err != nil {
+		return nil, err
+	}
+	// The Lease goes to the target only once it has replayed all of the old primary's WAL.
+	// From then on its report may say nothing of its replay (it promotes, or stops for
+	// pg_upgrade): choosing another target then would make two primaries.
+	if leaseHolder(lease) != target {
+		if st := r.awaitCatchUp(s, old); st != nil {
+			return st, nil
+		}
 	}
 	target = s.targetPrimary
 	pod := s.observed.Pod(target)
 	if pod == nil {
 		return switchingOver(fmt.Sprintf("waiting for the pod of %s", target)), nil
-	}
-	// The old primary shut down and runs as a standby: it no longer renews the Lease.
-	lease, err := r.readPrimaryLease(ctx, s)
-	if err != nil {
-		return nil, err
 	}
 	if leaseHolder(lease) != target {
 		if err := r.grantPrimaryLease(ctx, lease, target); err != nil {

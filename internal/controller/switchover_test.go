@@ -158,13 +158,9 @@ func TestSwitchoverSteps(t *testing.T) {
 // primary: after switchoverCatchUp the instance that has it all is promoted instead, another
 // replica before the old primary.
 func TestSwitchoverPromotesAnInstanceWithAllTheWALWhenTheTargetMissedTheEnd(t *testing.T) {
-	st := newSwitchoverTest(3)
+	st, reconcile := demotedForSwitchover(t)
 	cluster, agents, leases := st.cluster, st.agents, st.leases
-	reconcile := func(reports map[string]*agentapi.Status) *stop { t.Helper(); return st.reconcile(t, reports) }
 	replica := streamingReplica
-	primary := &agentapi.Status{Role: agentapi.RolePrimary, Timeline: 1}
-	reconcile(map[string]*agentapi.Status{"db-0": primary, "db-1": replica("0/3000000"), "db-2": replica("0/3000000")})
-	reconcile(map[string]*agentapi.Status{"db-0": primary, "db-1": replica("0/3000000"), "db-2": replica("0/3000000")})
 	if cluster.Status.SwitchoverLSN != "0/3000100" {
 		t.Fatalf("not demoted: %+v", cluster.Status)
 	}
@@ -185,4 +181,41 @@ func TestSwitchoverPromotesAnInstanceWithAllTheWALWhenTheTargetMissedTheEnd(t *t
 	if !slices.Equal(agents.promotedSlots, []string{"db_0", "db_1"}) {
 		t.Errorf("slots for the followers: %v", agents.promotedSlots)
 	}
+}
+
+// Once the target holds the Lease, it replayed all of the old primary's WAL: while it promotes
+// (or, for a major upgrade, stops for pg_upgrade) its report may show no replay, and the
+// switchover must wait for it however long that takes. Another target then would be a second
+// primary: in CI a slow pg_upgrade had the old primary upgraded too, and the first fenced.
+func TestSwitchoverKeepsATargetThatHoldsTheLease(t *testing.T) {
+	st, reconcile := demotedForSwitchover(t)
+	cluster, agents, leases := st.cluster, st.agents, st.leases
+	replica := streamingReplica
+	reconcile(map[string]*agentapi.Status{"db-0": replica("0/3000108"), "db-1": replica("0/3000108"), "db-2": replica("0/3000108")})
+	if holder := leaseHolderIn(t, leases, cluster); holder != "db-1" || !slices.Equal(agents.promoted, []string{"db-1"}) {
+		t.Fatalf("after the catch-up: lease %q, promoted %v; want db-1", holder, agents.promoted)
+	}
+
+	cluster.Status.TargetPrimaryTimestamp = &metav1.Time{Time: time.Now().Add(-10 * switchoverCatchUp)}
+	busy := map[string]*agentapi.Status{"db-0": replica("0/3000108"), "db-1": {Role: agentapi.RoleReplica, Timeline: 1}, "db-2": replica("0/3000108")}
+	for range 3 {
+		if stopped := reconcile(busy); stopped == nil || stopped.reason != "SwitchingOver" {
+			t.Fatalf("while the target promotes: %+v", stopped)
+		}
+	}
+	if holder := leaseHolderIn(t, leases, cluster); holder != "db-1" || cluster.Status.TargetPrimary != "db-1" || slices.Contains(agents.promoted, "db-0") || slices.Contains(agents.promoted, "db-2") {
+		t.Fatalf("the target changed after it was given the lease: lease %q, target %q, promoted %v", holder, cluster.Status.TargetPrimary, agents.promoted)
+	}
+}
+
+// demotedForSwitchover is a switchover of 3 instances from db-0 to db-1 run up to db-0's
+// demotion, with its reconcile.
+func demotedForSwitchover(t *testing.T) (*switchoverTest, func(map[string]*agentapi.Status) *stop) {
+	st := newSwitchoverTest(3)
+	reconcile := func(reports map[string]*agentapi.Status) *stop { t.Helper(); return st.reconcile(t, reports) }
+	primary := &agentapi.Status{Role: agentapi.RolePrimary, Timeline: 1}
+	for range 2 {
+		reconcile(map[string]*agentapi.Status{"db-0": primary, "db-1": streamingReplica("0/3000000"), "db-2": streamingReplica("0/3000000")})
+	}
+	return st, reconcile
 }
