@@ -230,33 +230,46 @@ func readDatabases(ctx context.Context, conn *pgx.Conn, names []string) (map[str
 	return databases, rows.Err()
 }
 
-// readDatabaseItems reads, in the database conn is to, the declared schemas' owners, the
-// installed extensions and what the image ships of the declared ones.
+// readDatabaseItems reads, in the database conn is to, the declared schemas' owners and
+// installed extensions in one round trip, and what the image ships of the extensions only when
+// one is not installed as declared: the unchanged pass, every minute in every managed database,
+// costs one statement and no read of the image's files.
 func readDatabaseItems(ctx context.Context, conn *pgx.Conn, want agentapi.ManagedDatabase) (map[string]*string, map[string]*existingExtension, map[string]*availableExtension, error) {
 	schemaNames := make([]string, 0, len(want.Schemas))
 	for _, s := range want.Schemas {
 		schemaNames = append(schemaNames, s.Name)
 	}
-	var name, owner string
-	schemas := map[string]*string{}
-	rows, err := conn.Query(ctx, "SELECT nspname, pg_get_userbyid(nspowner) FROM pg_namespace WHERE nspname = ANY($1)", schemaNames)
+	rows, err := conn.Query(ctx, `SELECT 'schema', nspname::text, pg_get_userbyid(nspowner)::text, '' FROM pg_namespace WHERE nspname = ANY($1::text[])
+		UNION ALL SELECT 'extension', e.extname::text, e.extversion, n.nspname::text FROM pg_extension e
+		JOIN pg_namespace n ON n.oid = e.extnamespace WHERE e.extname = ANY($2::text[])`,
+		pgx.QueryExecModeExec, schemaNames, declaredExtensionNames(want))
 	if err != nil {
-		return nil, nil, nil, fmt.Errorf("read schemas: %w", err)
+		return nil, nil, nil, fmt.Errorf("read schemas and extensions: %w", err)
 	}
-	_, err = pgx.ForEachRow(rows, []any{&name, &owner}, func() error {
-		schemaOwner := owner
-		schemas[name] = &schemaOwner
+	schemas, extensions := map[string]*string{}, map[string]*existingExtension{}
+	var kind, name, ownerOrVersion, schema string
+	_, err = pgx.ForEachRow(rows, []any{&kind, &name, &ownerOrVersion, &schema}, func() error {
+		if kind == "schema" {
+			owner := ownerOrVersion
+			schemas[name] = &owner
+		} else {
+			extensions[name] = &existingExtension{Version: ownerOrVersion, Schema: schema}
+		}
 		return nil
 	})
 	if err != nil {
-		return nil, nil, nil, fmt.Errorf("read schemas: %w", err)
+		return nil, nil, nil, fmt.Errorf("read schemas and extensions: %w", err)
 	}
-	extensionNames := declaredExtensionNames(want)
-	extensions, err := readExtensions(ctx, conn, extensionNames)
-	if err != nil {
-		return nil, nil, nil, err
+	var unsettled []string
+	for _, e := range want.Extensions {
+		if !e.Absent && !installedAsAsked(e, extensions[e.Name]) {
+			unsettled = append(unsettled, e.Name)
+		}
 	}
-	available, err := readAvailableExtensions(ctx, conn, extensionNames)
+	if len(unsettled) == 0 {
+		return schemas, extensions, nil, nil
+	}
+	available, err := readAvailableExtensions(ctx, conn, unsettled)
 	return schemas, extensions, available, err
 }
 

@@ -150,26 +150,24 @@ func planExtension(want agentapi.ManagedExtension, have *existingExtension, avai
 		// No CASCADE: the server refuses while objects depend on it.
 		return itemPlan{statements: []string{"DROP EXTENSION " + name}, role: owner, changed: []string{changedDropped}}
 	}
+	if installedAsAsked(want, have) {
+		return moveExtension(want, have)
+	}
 	if available == nil {
 		return itemPlan{refused: fmt.Sprintf("the image does not ship extension %s", want.Name)}
 	}
 	version := want.Version
 	if version == "" {
 		version = available.DefaultVersion
-		if have != nil {
-			version = have.Version
-		}
 	}
 	trusted, shipped := available.Trusted[version]
 	switch {
 	case !shipped:
 		return itemPlan{refused: fmt.Sprintf("the image does not ship extension %s in version %s (it has %s)", want.Name, version, strings.Join(sortedKeys(available.Trusted), ", "))}
-	case !trusted && (have == nil || have.Version != version):
+	case !trusted:
 		return itemPlan{refused: fmt.Sprintf("extension %s %s is not trusted: pgpilot creates and updates only trusted extensions, as the database's owner", want.Name, version)}
 	}
-	var plan itemPlan
-	switch {
-	case have == nil:
+	if have == nil {
 		statement := "CREATE EXTENSION " + name
 		if want.Schema != "" {
 			statement += " SCHEMA " + pgx.Identifier{want.Schema}.Sanitize()
@@ -178,18 +176,27 @@ func planExtension(want agentapi.ManagedExtension, have *existingExtension, avai
 			statement += " VERSION " + quoteLiteral(want.Version)
 		}
 		return itemPlan{statements: []string{statement}, role: owner, changed: []string{changedCreated}}
-	case have.Version != version:
-		plan.statements = append(plan.statements, "ALTER EXTENSION "+name+" UPDATE TO "+quoteLiteral(version))
-		plan.changed = append(plan.changed, "version "+have.Version+" to "+version)
 	}
-	if len(plan.statements) > 0 {
-		plan.role = owner
-	}
-	if want.Schema != "" && have.Schema != want.Schema {
-		// As the superuser: the owner of a trusted extension does not own its member objects,
-		// which move with it; moving runs no script.
-		plan.superuser = append(plan.superuser, "ALTER EXTENSION "+name+" SET SCHEMA "+pgx.Identifier{want.Schema}.Sanitize())
-		plan.changed = append(plan.changed, "schema")
-	}
+	plan := moveExtension(want, have)
+	plan.statements = append(plan.statements, "ALTER EXTENSION "+name+" UPDATE TO "+quoteLiteral(version))
+	plan.changed = append([]string{"version " + have.Version + " to " + version}, plan.changed...)
+	plan.role = owner
 	return plan
+}
+
+// installedAsAsked: the extension is installed in the version declared, or in any when none
+// is: nothing depends on what the image ships, which is then not read.
+func installedAsAsked(want agentapi.ManagedExtension, have *existingExtension) bool {
+	return !want.Absent && have != nil && (want.Version == "" || want.Version == have.Version)
+}
+
+// moveExtension puts an installed extension back in its declared schema, as the superuser: the
+// owner of a trusted extension does not own its member objects, which move with it; moving runs
+// no script.
+func moveExtension(want agentapi.ManagedExtension, have *existingExtension) itemPlan {
+	if want.Schema == "" || have.Schema == want.Schema {
+		return itemPlan{}
+	}
+	return itemPlan{superuser: []string{"ALTER EXTENSION " + pgx.Identifier{want.Name}.Sanitize() + " SET SCHEMA " + pgx.Identifier{want.Schema}.Sanitize()},
+		changed: []string{"schema"}}
 }

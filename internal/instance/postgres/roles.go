@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"regexp"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -158,14 +159,20 @@ func quoteLiteral(s string) string {
 	return string(append(out, '\''))
 }
 
+// localDefaults are the connection defaults of the agent's environment, parsed once: parsing
+// reads the environment and the home directory's files, over a quarter of what a connection to each
+// managed database costs the agent on every pass.
+var localDefaults = sync.OnceValues(func() (*pgx.ConnConfig, error) { return pgx.ParseConfig("") })
+
 // ConnectLocal opens a connection to the local server as user over its Unix socket, which
 // pg_hba.conf lets the agent's own OS user in without a password (peer, through the ident
 // map): the agent stays able to set passwords whatever the Secrets say.
 func ConnectLocal(ctx context.Context, socketDir string, port int, user, database string) (*pgx.Conn, error) {
-	cfg, err := pgx.ParseConfig("")
+	base, err := localDefaults()
 	if err != nil {
 		return nil, err
 	}
+	cfg := base.Copy()
 	cfg.Host, cfg.Port, cfg.User, cfg.Database = socketDir, uint16(port), user, database
 	cfg.ConnectTimeout = 5 * time.Second
 	return pgx.ConnectConfig(ctx, cfg)
