@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"debug/elf"
 	"fmt"
 	"io"
 	"io/fs"
@@ -193,44 +194,76 @@ func missingLibraries(ctx context.Context, files, env []string) ([]string, error
 	return missing, err
 }
 
-// eachLddLine runs ldd on each ELF file and calls line with "soname => path" pairs. Files that
-// are not dynamic executables (scripts) are skipped: ldd fails on them.
+// eachLddLine lists the libraries each ELF file links, as ldd does, and calls line with its
+// "soname => path" pairs. It runs the dynamic loader the executables name (PT_INTERP) in ldd's
+// tracing mode itself: ldd is a shell script around that, which cost six times the CPU
+// (PostgreSQL 15's 115 files: 6.6 s against 1.1 s), paid by every start of an upgrading instance,
+// twice or more. (The loader's --list is not that mode: it stops at the first library it cannot
+// find, the very ones a carry looks for.) Files that are not dynamically linked are skipped.
 func eachLddLine(ctx context.Context, files, env []string, line func(soname, path string)) error {
+	files, loader := dynamicELF(files)
 	for _, file := range files {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		if !isELF(file) {
-			continue
-		}
 		cmd := exec.CommandContext(ctx, "ldd", file)
-		cmd.Env = append(os.Environ(), env...)
+		if loader != "" {
+			cmd = exec.CommandContext(ctx, loader, file)
+			cmd.Env = append(cmd.Environ(), "LD_TRACE_LOADED_OBJECTS=1")
+		}
+		cmd.Env = append(cmd.Environ(), env...)
 		out, err := cmd.Output()
 		if err != nil && !bytes.Contains(out, []byte("=>")) {
 			continue // statically linked or not loadable here at all: nothing to resolve
 		}
-		scanner := bufio.NewScanner(bytes.NewReader(out))
-		for scanner.Scan() {
-			soname, rest, ok := strings.Cut(strings.TrimSpace(scanner.Text()), " => ")
-			if !ok {
-				continue
-			}
-			path, _, _ := strings.Cut(rest, " (")
-			line(soname, strings.TrimSpace(path))
-		}
+		parseLddOutput(out, line)
 	}
 	return nil
 }
 
-func isELF(path string) bool {
-	f, err := os.Open(path)
-	if err != nil {
-		return false
+// parseLddOutput calls line with each "soname => path" pair of ldd's output (the loader's list).
+func parseLddOutput(out []byte, line func(soname, path string)) {
+	scanner := bufio.NewScanner(bytes.NewReader(out))
+	for scanner.Scan() {
+		soname, rest, ok := strings.Cut(strings.TrimSpace(scanner.Text()), " => ")
+		if !ok {
+			continue
+		}
+		path, _, _ := strings.Cut(rest, " (")
+		line(soname, strings.TrimSpace(path))
 	}
-	defer func() { _ = f.Close() }()
-	magic := make([]byte, 4)
-	_, err = io.ReadFull(f, magic)
-	return err == nil && string(magic) == "\x7fELF"
+}
+
+// dynamicELF keeps the ELF files of files, and names the dynamic loader the first executable
+// among them asks for (shared libraries name none; ldd finds it then).
+func dynamicELF(files []string) ([]string, string) {
+	var kept []string
+	loader := ""
+	for _, file := range files {
+		f, err := elf.Open(file)
+		if err != nil {
+			continue // not ELF: a script
+		}
+		kept = append(kept, file)
+		if loader == "" {
+			loader = interpreter(f)
+		}
+		_ = f.Close()
+	}
+	return kept, loader
+}
+
+func interpreter(f *elf.File) string {
+	for _, prog := range f.Progs {
+		if prog.Type == elf.PT_INTERP {
+			name, err := io.ReadAll(prog.Open())
+			if err != nil {
+				return ""
+			}
+			return strings.TrimRight(string(name), "\x00")
+		}
+	}
+	return ""
 }
 
 // copyTree copies the regular files, directories and symlinks under src to dst, leaving out what
