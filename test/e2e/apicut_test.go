@@ -25,6 +25,11 @@ const apiCutLength = 30 * time.Second
 func apiServerCutSpec(cluster **pgv1.PostgresCluster) {
 	It("keeps the primary, writing, while it is cut off from the API server and its standby streams", func(ctx SpecContext) {
 		c := *cluster
+		// The standby that vouches for the primary streams before the cut: the spec before
+		// this one may leave it still rejoining (a CI rehearsal cut the primary off while no
+		// standby streamed, and a failover started).
+		Eventually(func(g Gomega) { expectReplicationWith(ctx, g, c, c.Spec.Instances) }).
+			WithTimeout(2 * time.Minute).WithPolling(time.Second).Should(Succeed())
 		current := &pgv1.PostgresCluster{}
 		Expect(k8s.Get(ctx, client.ObjectKeyFromObject(c), current)).To(Succeed())
 		primary := &corev1.Pod{}

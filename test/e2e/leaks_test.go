@@ -176,6 +176,12 @@ func commandLines(ctx context.Context, pod *corev1.Pod) string {
 		}
 		return ""
 	}
+	// An empty answer is an exec whose stream ended before the loop printed anything (its own
+	// sh would be listed): a node losing power as it ran (the node-loss spec, beside this
+	// check). It is read next time.
+	if strings.TrimSpace(out) == "" {
+		return ""
+	}
 	// The agent (the container's first process) or the server (the first process before 0.2.0)
 	// is there: the command lines were read, not an empty answer. Without the server's (a rejoin
 	// or a restart between its runs: their command lines went while being read) they are read

@@ -154,6 +154,17 @@ func (w *writeChecker) fault(budget time.Duration) {
 	w.faultAt, w.resumedAt, w.outage, w.budget = time.Now(), time.Time{}, 0, budget
 }
 
+// faultBegan moves the fault's mark to the moment the system recorded it began, when that is
+// later: a major upgrade marked when it was asked first runs its checks, with writes going on.
+// The budget counts from that moment; the longest gap is the same either way.
+func (w *writeChecker) faultBegan(at time.Time) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if at.After(w.faultAt) {
+		w.faultAt = at
+	}
+}
+
 // writeReport is what the checker saw.
 type writeReport struct {
 	Acknowledged, Failed, Lost int

@@ -198,7 +198,9 @@ func waitForStanza(t *testing.T, r *pgtest.RunningAgent) {
 func waitForBackup(t *testing.T, r *pgtest.RunningAgent, name string) agentapi.BackupResult {
 	t.Helper()
 	var result agentapi.BackupResult
-	pgtest.Eventually(t, "backup "+name+" completed", func() error {
+	// A wait, not a claim (make bench measures backups): a full backup beside the other suites
+	// on a saturated CI machine took over a minute.
+	pgtest.EventuallyWithin(t, "backup "+name+" completed", pgtest.BringUpWait, func() error {
 		code, body, err := get(r.URL+agentapi.PathBackups+"/"+name, token)
 		if err != nil || code != http.StatusOK {
 			return fmt.Errorf("%d %s (%v)", code, body, err)

@@ -44,7 +44,9 @@ func TestDetachingTheLastStandbyFencesAnIsolatedPrimary(t *testing.T) {
 // A detached standby receives nothing until it is told to attach, or until its hold ends
 // without a new order; a repeated order keeps the time it first stopped.
 func TestDetachedStandbyStreamsAgainOnAttachOrAfterItsHold(t *testing.T) {
-	const hold = 3 * time.Second
+	// Each "still detached" check must come before the hold ends; inserts beside a loaded CI
+	// took over 3 s (stop 51's CI failed with a 3-s hold). Only the last part waits it out.
+	const hold = 10 * time.Second
 	leases := pgtest.NewMemoryLeases("db-0")
 	rw := pgtest.NewServiceProxy(t)
 	primaryInstance := pgtest.NewInstance(t, "db-0")

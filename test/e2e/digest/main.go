@@ -1,5 +1,6 @@
-// Command digest prints, from ginkgo JSON reports, a short account of every failed spec: where
-// and why it failed, and the "digest" report entry the e2e suite adds on failure. test/e2e/run.sh
+// Command digest prints, from ginkgo JSON reports (one per phase, named after it), how long each
+// phase and its slowest spec groups took, then a short account of every failed spec: where and
+// why it failed, and the "digest" report entry the e2e suite adds on failure. test/e2e/run.sh
 // prints it last, because a CI log is often read from its tail only.
 package main
 
@@ -25,34 +26,49 @@ const (
 )
 
 func main() {
-	failed := 0
+	phases := map[string][]types.Report{}
+	names := make([]string, 0, len(os.Args)-1)
 	for _, path := range os.Args[1:] {
-		n, err := digest(os.Stdout, path)
+		reports, err := load(path)
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "digest %s: %v\n", path, err)
 			os.Exit(1)
 		}
-		failed += n
+		name := strings.TrimSuffix(filepath.Base(path), ".json")
+		phases[name] = reports
+		names = append(names, name)
+	}
+	for _, name := range names {
+		writeTimings(os.Stdout, name, phases[name])
+	}
+	failed := 0
+	for _, name := range names {
+		failed += digest(os.Stdout, phases[name])
 	}
 	if failed > 0 {
 		fmt.Printf("=== e2e failure digest: %d failed spec(s); the full output is above\n", failed)
 	}
 }
 
-// digest writes the failures of one report file and returns how many there were. A missing
-// file is no failure: the phase did not run.
-func digest(w io.Writer, path string) (int, error) {
+// load reads one phase's ginkgo JSON report. A missing file is no failure: the phase did not
+// run.
+func load(path string) ([]types.Report, error) {
 	data, err := os.ReadFile(path)
 	if os.IsNotExist(err) {
-		return 0, nil
+		return nil, nil
 	}
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
 	var reports []types.Report
 	if err := json.Unmarshal(data, &reports); err != nil {
-		return 0, err
+		return nil, err
 	}
+	return reports, nil
+}
+
+// digest writes the failures of one phase's reports and returns how many there were.
+func digest(w io.Writer, reports []types.Report) int {
 	failed := 0
 	for _, report := range reports {
 		for _, spec := range report.SpecReports {
@@ -67,7 +83,7 @@ func digest(w io.Writer, path string) (int, error) {
 			writeFailure(w, spec)
 		}
 	}
-	return failed, nil
+	return failed
 }
 
 // writeFailure puts the spec's failure message last: a log's reader often sees only its last

@@ -42,12 +42,12 @@ func TestDigestPrintsFailuresWithTheirDigestEntryOnly(t *testing.T) {
 	if err := os.WriteFile(path, data, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	var out strings.Builder
-	n, err := digest(&out, path)
+	reports, err := load(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n != 3 {
+	var out strings.Builder
+	if n := digest(&out, reports); n != 3 {
 		t.Errorf("counted %d failures, want 3", n)
 	}
 	text := out.String()
@@ -70,11 +70,34 @@ func TestDigestPrintsFailuresWithTheirDigestEntryOnly(t *testing.T) {
 	}
 }
 
-func TestDigestOfAPhaseThatDidNotRunIsEmpty(t *testing.T) {
+func TestAPhaseThatDidNotRunHasNoReports(t *testing.T) {
+	reports, err := load(filepath.Join(t.TempDir(), "olm.json"))
+	if err != nil || reports != nil {
+		t.Errorf("got %v, %v; want nothing", reports, err)
+	}
+}
+
+func TestTimingsListTheSlowestGroupsWithTheirProcess(t *testing.T) {
+	start := time.Date(2026, 12, 7, 6, 0, 0, 0, time.UTC)
+	spec := func(containers []string, process int, offset, runTime time.Duration) types.SpecReport {
+		return types.SpecReport{ContainerHierarchyTexts: containers, LeafNodeType: types.NodeTypeIt,
+			State: types.SpecStatePassed, ParallelProcess: process, StartTime: start.Add(offset), RunTime: runTime}
+	}
+	upgrade := []string{"A major upgrade"}
+	report := types.Report{StartTime: start, RunTime: 400 * time.Second, SpecReports: types.SpecReports{
+		spec(upgrade, 1, 10*time.Second, 100*time.Second),
+		spec(upgrade, 1, 110*time.Second, 200*time.Second),
+		spec([]string{"Failover"}, 2, 0, 250*time.Second),
+		{LeafNodeType: types.NodeTypeIt, State: types.SpecStateSkipped, ParallelProcess: 2, RunTime: time.Hour},
+		{LeafNodeType: types.NodeTypeSynchronizedBeforeSuite, ParallelProcess: 1, RunTime: time.Hour},
+	}}
 	var out strings.Builder
-	n, err := digest(&out, filepath.Join(t.TempDir(), "olm.json"))
-	if err != nil || n != 0 || out.Len() != 0 {
-		t.Errorf("got %d, %v, %q; want nothing", n, err, out.String())
+	writeTimings(&out, "deploy", []types.Report{report})
+	want := "=== e2e time, deploy: 6m40s, busy per process 1: 300s, 2: 250s; the slowest spec groups:\n" +
+		"      300s  process 1 from +10s  A major upgrade (2 specs)\n" +
+		"      250s  process 2 from +0s  Failover (1 specs)\n"
+	if out.String() != want {
+		t.Errorf("got\n%s\nwant\n%s", out.String(), want)
 	}
 }
 
