@@ -123,10 +123,10 @@ vet: ## Run go vet against code.
 .PHONY: test
 test: host-packages manifests generate fmt vet lint lint-shell envtest versitygw operator-sdk opm kustomize ## Run every test: golangci-lint, shellcheck, the e2e specs on the local cluster, with the real-server suites (test-real-servers) and a few seconds of every fuzz target, the unit and envtest suites, packaging checks and benchmark budgets (test-unit) beside its OLM phase.
 	@# The recipes of test-e2e, test-unit and test-real-servers, without their prerequisites
-	@# again: this target has made them, and CI's CPU is the limit. The real-server suites
-	@# (all at once: they mostly wait on timers) come after the unit suites: at once with them
-	@# and the OLM phase the CPU was never idle and an agent test's pair took over a minute to
-	@# come up.
+	@# again: this target has made them, and CI's CPU is the limit. The real-server suites come
+	@# after the unit suites, the images' in a cgroup with a small CPU share (test/e2e/run.sh):
+	@# the agent's suites and the unit suites at once beside the OLM phase starved its clusters
+	@# (a lone primary fenced itself, its Lease not renewed for 8 s: stop 51's CI).
 	E2E_BESIDE_OLM='$(MAKE) --no-print-directory fuzz-short && $(UNIT_TESTS_BUT_REAL_SERVERS) && \
 	  $(REAL_SERVER_TESTS)' test/e2e/run.sh
 
@@ -141,14 +141,14 @@ UNIT_TESTS_BUT_REAL_SERVERS = KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" PGPILOT_VER
 	go test $(GO_TEST_FLAGS) $$(go list ./... | grep -v "/internal/instance/agent$$") -coverprofile cover.out
 
 # REAL_SERVER_TESTS run the suites that start real PostgreSQL servers on every major pgpilot
-# ships, all at once (hack/test-real-servers.sh): the agent's on the host's PostgreSQL 15, and,
+# ships (hack/test-real-servers.sh): the agent's on the host's PostgreSQL 15, and,
 # inside the root filesystem of pgpilot's image of each other major (hack/test-in-image.sh; the
 # local cluster builds the same roots for its images), the server, exporter and pgBackRest
-# suites, with the agent's on the newest too. They mostly wait on the servers' timers.
+# suites, with the agent's on the newest too.
 REAL_SERVER_TESTS = GO_TEST_FLAGS="$(GO_TEST_FLAGS)" PGPILOT_VERSITYGW="$(VERSITYGW)" hack/test-real-servers.sh
 
 .PHONY: test-real-servers
-test-real-servers: host-packages versitygw ## Run the real-server suites on PostgreSQL 15 (host) and 17 and 18 inside pgpilot's images of them (root: chroot), all at once.
+test-real-servers: host-packages versitygw ## Run the real-server suites on PostgreSQL 15 (host) and 17 and 18 inside pgpilot's images of them (root: chroot): the agent's suites and the images' side by side, each image's packages one after another.
 	$(REAL_SERVER_TESTS)
 
 .PHONY: test-unit

@@ -92,11 +92,13 @@ down() {
   stop_daemons -g 20 kube-scheduler kube-controller-manager kubelet
   worker_down
   stop_containers containerd CTR
+  log "containers stopped after $((SECONDS - start))s"
   # The API server before etcd: without etcd its shutdown hangs on reconnecting.
   stop_daemons kube-proxy kube-apiserver
   stop_daemons etcd registry containerd
   kill_leftovers
   unmount_state
+  log "daemons stopped and state unmounted after $((SECONDS - start))s"
   # Deleting the namespace takes its links, the pod bridge, routes, iptables and nft rules,
   # conntrack entries and per-namespace sysctls with it.
   if netns_exists; then ip netns del "$NETNS" || log "could not delete namespace $NETNS"; fi
@@ -111,6 +113,7 @@ down() {
     clean=1
   fi
   # Keep the logs and snapshots of the last run for a post-mortem; they are not machine state.
+  log "host compared with its state before up after $((SECONDS - start))s"
   rm -rf "$LAST_RUN" && mkdir -p "$LAST_RUN"
   cp -r "$STATE/logs" "$STATE/baseline" "$STATE/after" "$LAST_RUN/" 2>/dev/null || true
   rm -rf "$STATE"
