@@ -40,7 +40,8 @@ const upgradeRows = 600000
 const rtoMajorUpgrade = time.Minute
 
 // A 3-instance synchronous PostgreSQL 15 cluster with a few hundred MiB of data, raised to 17:
-// the check holds it on 15 while it finds a problem; pg_upgrade killed before the point of no
+// first 15's version checks (its image, a crash of the primary); the check holds it on 15 while
+// it finds a problem; pg_upgrade killed before the point of no
 // return brings 15 back; then the upgrade goes through under the write checker, the replicas
 // join the new primary by its follow kit (or a delta restore), and a backup from before the upgrade restores into a
 // 15 cluster.
@@ -83,6 +84,18 @@ var _ = Describe("A major upgrade from PostgreSQL 15 to 17", Ordered, SpecPriori
 		rows.insert(ctx, 3)
 	})
 	AfterEach(dumpOnFailure)
+
+	// PostgreSQL 15's own checks (the version specs run 18's on a cluster of their own): this
+	// cluster is 15 until it is upgraded, and its last spec recovers a backup into 15.
+	It("runs pgpilot's image of 15, refuses spec.postgresVersion removed, and fails over a killed primary losing no acknowledged write", func(ctx SpecContext) {
+		expectPgpilotImage(ctx, cluster, 15)
+		current := getCluster(ctx, cluster)
+		current.Spec.PostgresVersion = 0 // unset
+		err := k8s.Update(ctx, current)
+		Expect(err).To(HaveOccurred())
+		Expect(err.Error()).To(ContainSubstring("spec.postgresVersion cannot be lowered or removed"))
+		underFault(ctx, cluster, "kill -9 of the primary's postmaster, PostgreSQL 15", rtoCrash, killPostmaster)
+	})
 
 	It("holds the upgrade while its check finds a problem, PostgreSQL 15 serving on the new image meanwhile", func(ctx SpecContext) {
 		rows.exec(ctx, cluster, "CREATE TABLE held (f regproc)")

@@ -23,8 +23,10 @@ const defaultMajor = controller.DefaultPostgresMajor
 // The majors besides the default, each on a synchronous 3-instance cluster of pgpilot's own
 // image of that major: a crash of the primary under the write checker, a backup, and a
 // point-in-time recovery into a new cluster of the same major with exactly the rows before.
+// PostgreSQL 15's run on the major upgrade's cluster before it is upgraded (majorupgrade_test.go),
+// which recovers a backup into 15 at its end: a cluster of its own cost a process some 190 s.
 var _ = Describe("PostgreSQL versions", func() {
-	for _, major := range []int32{15, 18} {
+	for _, major := range []int32{18} {
 		versionSpec(major)
 	}
 })
@@ -52,12 +54,9 @@ func versionSpec(major int32) {
 			expectPgpilotImage(ctx, cluster, major)
 		})
 
-		It("refuses spec.postgresVersion lowered or removed", func(ctx SpecContext) {
+		It("refuses spec.postgresVersion lowered", func(ctx SpecContext) {
 			current := getCluster(ctx, cluster)
-			current.Spec.PostgresVersion = 15 // lowered; on 15, removed (0 is unset)
-			if major == 15 {
-				current.Spec.PostgresVersion = 0
-			}
+			current.Spec.PostgresVersion = 15 // lowered (15's cluster checks removal)
 			err := k8s.Update(ctx, current)
 			Expect(err).To(HaveOccurred())
 			Expect(err.Error()).To(ContainSubstring("spec.postgresVersion cannot be lowered or removed"))
