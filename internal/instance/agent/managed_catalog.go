@@ -32,8 +32,11 @@ type managedRoles struct {
 	passMu           sync.Mutex
 	settled          map[string]agentapi.ManagedRole
 	settledDatabases map[string]agentapi.ManagedDatabase
-	report           atomic.Pointer[agentapi.CatalogReport]
-	lastPass         atomic.Pointer[time.Time]
+	// quietDatabases spares a pass the connection to a database nothing was written in since
+	// it was read as declared.
+	quietDatabases postgres.QuietDatabases
+	report         atomic.Pointer[agentapi.CatalogReport]
+	lastPass       atomic.Pointer[time.Time]
 	// ctx is the supervisor's: passes outlive the request that started them.
 	ctx atomic.Pointer[context.Context]
 }
@@ -159,7 +162,10 @@ func (a *Agent) reconcileDatabases(ctx context.Context, conn *pgx.Conn, req *age
 		return nil, 0, nil
 	}
 	settled := settledOf(req.Databases, func(d agentapi.ManagedDatabase) string { return d.Name }, a.managed.settledDatabases)
-	results, statements, err := postgres.ReconcileDatabases(ctx, conn, a.connectTo, *req, settled)
+	if a.managed.quietDatabases == nil {
+		a.managed.quietDatabases = postgres.QuietDatabases{}
+	}
+	results, statements, err := postgres.ReconcileDatabases(ctx, conn, a.connectTo, *req, settled, a.managed.quietDatabases)
 	if err != nil {
 		return nil, 0, fmt.Errorf("managed databases: %w", err)
 	}

@@ -14,8 +14,10 @@ import (
 // one the server refuses is reported and the others are applied all the same. conn is to the
 // postgres database; connect opens one to each managed database for its schemas and extensions.
 // A database whose declaration is the one settled in an earlier pass and that needed changes
-// drifted. It returns each database's result and how many statements ran.
-func ReconcileDatabases(ctx context.Context, conn *pgx.Conn, connect Connector, req agentapi.CatalogRequest, settled map[string]bool) ([]agentapi.DatabaseResult, int, error) {
+// drifted; one that quiet holds with no row written since is not connected to
+// (managed_databases_quiet.go), and quiet is brought up to date. It returns each database's
+// result and how many statements ran.
+func ReconcileDatabases(ctx context.Context, conn *pgx.Conn, connect Connector, req agentapi.CatalogRequest, settled map[string]bool, quiet QuietDatabases) ([]agentapi.DatabaseResult, int, error) {
 	names, owners := make([]string, 0, len(req.Databases)), make([]string, 0, len(req.Databases))
 	for _, db := range req.Databases {
 		names, owners = append(names, db.Name), append(owners, db.Owner)
@@ -34,18 +36,20 @@ func ReconcileDatabases(ctx context.Context, conn *pgx.Conn, connect Connector, 
 	if err := readMadeDatabases(ctx, conn, existing); err != nil {
 		return nil, 0, err
 	}
+	quiet.forget(req.Databases)
 	results := make([]agentapi.DatabaseResult, len(req.Databases))
 	statements := 0
 	for i, want := range req.Databases {
 		plan := planDatabase(want, existing[want.Name], roles, req.ForbiddenDatabases)
 		result, n := applyDatabasePlan(ctx, conn, want.Name, plan)
 		statements += n
-		if result.State != agentapi.RoleError && !want.Absent {
+		if result.State != agentapi.RoleError && !want.Absent && !quiet.reuse(want, existing[want.Name], &result) {
 			n, err := reconcileDatabaseItems(ctx, connect, want, roles, &result)
 			statements += n
 			if err != nil {
 				result.State, result.Message = agentapi.RoleError, err.Error()
 			}
+			quiet.note(want, existing[want.Name], result, n)
 		}
 		if settled[want.Name] && result.State == agentapi.RoleApplied && changedAnything(result) {
 			result.State = agentapi.RoleDrift
@@ -212,8 +216,12 @@ func existingRoleNames(ctx context.Context, conn *pgx.Conn, names []string) (map
 }
 
 func readDatabases(ctx context.Context, conn *pgx.Conn, names []string) (map[string]*existingDatabase, error) {
+	// The rows written in each database, its catalogs' included (managed_databases_quiet.go).
 	rows, err := conn.Query(ctx, `SELECT datname, pg_get_userbyid(datdba), pg_encoding_to_char(encoding),
-		datcollate, datctype, datconnlimit FROM pg_database WHERE datname = ANY($1)`, names)
+		datcollate, datctype, datconnlimit, current_setting('track_counts')::bool, oid,
+		pg_stat_get_db_tuples_inserted(oid) + pg_stat_get_db_tuples_updated(oid) + pg_stat_get_db_tuples_deleted(oid),
+		coalesce(pg_stat_get_db_stat_reset_time(oid)::text, ''), pg_postmaster_start_time()::text
+		FROM pg_database WHERE datname = ANY($1)`, names)
 	if err != nil {
 		return nil, fmt.Errorf("read databases: %w", err)
 	}
@@ -221,9 +229,15 @@ func readDatabases(ctx context.Context, conn *pgx.Conn, names []string) (map[str
 	databases := map[string]*existingDatabase{}
 	for rows.Next() {
 		var name string
+		var counted bool
 		db := &existingDatabase{}
-		if err := rows.Scan(&name, &db.Owner, &db.Encoding, &db.Collate, &db.Ctype, &db.ConnectionLimit); err != nil {
+		w := &db.writes
+		if err := rows.Scan(&name, &db.Owner, &db.Encoding, &db.Collate, &db.Ctype, &db.ConnectionLimit,
+			&counted, &w.oid, &w.rows, &w.statsReset, &w.started); err != nil {
 			return nil, fmt.Errorf("read databases: %w", err)
+		}
+		if !counted {
+			*w = databaseWrites{}
 		}
 		databases[name] = db
 	}

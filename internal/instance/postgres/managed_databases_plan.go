@@ -22,6 +22,7 @@ type existingDatabase struct {
 	Owner, Encoding, Collate, Ctype string
 	ConnectionLimit                 int32
 	Made                            bool
+	writes                          databaseWrites
 }
 
 // databasePlan is what brings a database to its declaration. Create runs alone (CREATE DATABASE

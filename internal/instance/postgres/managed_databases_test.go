@@ -103,7 +103,7 @@ func TestReconcileDatabasesCreatesRepairsAndNeverDropsData(t *testing.T) {
 
 func reconcileDatabases(t *testing.T, conn *pgx.Conn, connect postgres.Connector, request agentapi.CatalogRequest, settled map[string]bool, wantStatements int) []agentapi.DatabaseResult {
 	t.Helper()
-	results, statements, err := postgres.ReconcileDatabases(context.Background(), conn, connect, request, settled)
+	results, statements, err := postgres.ReconcileDatabases(context.Background(), conn, connect, request, settled, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
