@@ -4,6 +4,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -40,9 +41,9 @@ func BenchmarkCatalogPass(b *testing.B) {
 	}
 	pgtest.Connect(b, inst, "postgres", superuserPassword, "postgres") // waits for the server
 	// As the agent connects: over the socket, by peer authentication.
-	connections := 0
+	var connections atomic.Int64 // the pass connects from several goroutines
 	connect := func(ctx context.Context, database string) (*pgx.Conn, error) {
-		connections++
+		connections.Add(1)
 		return postgres.ConnectLocal(ctx, inst.SocketDir, inst.Port, agentapi.Superuser, database)
 	}
 	admin, err := connect(ctx, "postgres")
@@ -87,10 +88,10 @@ func BenchmarkCatalogPass(b *testing.B) {
 	// The first pass's sessions send their statistics as they end, after the client closed
 	// them: a pass that read before saw an older count and reads again.
 	pgtest.Eventually(b, "a pass that connects to no database", func() error {
-		connections = 0
+		connections.Store(0)
 		pass(quiet)
-		if connections > 0 {
-			return fmt.Errorf("it connected to %d databases", connections)
+		if connections.Load() > 0 {
+			return fmt.Errorf("it connected to %d databases", connections.Load())
 		}
 		return nil
 	})

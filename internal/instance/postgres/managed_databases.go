@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	"github.com/jackc/pgx/v5"
 
@@ -37,26 +38,69 @@ func ReconcileDatabases(ctx context.Context, conn *pgx.Conn, connect Connector, 
 		return nil, 0, err
 	}
 	quiet.forget(req.Databases)
+	plans := make([]databasePlan, len(req.Databases))
+	for i, want := range req.Databases {
+		plans[i] = planDatabase(want, existing[want.Name], roles, req.ForbiddenDatabases)
+	}
+	// Made once here: the databases are made at once, and two sessions creating one table "if
+	// not exists" at the same moment may both try (one fails on a unique index).
+	if slices.ContainsFunc(plans, func(p databasePlan) bool { return p.create != "" }) {
+		if err := ensureMadeDatabasesTable(ctx, conn); err != nil {
+			return nil, 0, err
+		}
+	}
+	outcomes := make([]databaseOutcome, len(req.Databases))
+	eachManagedDatabase(conn, connect, len(req.Databases), func(admin *adminConn, i int) {
+		want := req.Databases[i]
+		outcomes[i] = reconcileDatabase(ctx, admin, connect, want, plans[i], existing[want.Name], roles, quiet)
+	})
 	results := make([]agentapi.DatabaseResult, len(req.Databases))
 	statements := 0
 	for i, want := range req.Databases {
-		plan := planDatabase(want, existing[want.Name], roles, req.ForbiddenDatabases)
-		result, n := applyDatabasePlan(ctx, conn, want.Name, plan)
-		statements += n
-		if result.State != agentapi.RoleError && !want.Absent && !quiet.reuse(want, existing[want.Name], &result) {
-			n, err := reconcileDatabaseItems(ctx, connect, want, roles, &result)
-			statements += n
-			if err != nil {
-				result.State, result.Message = agentapi.RoleError, err.Error()
-			}
-			quiet.note(want, existing[want.Name], result, n)
+		result := outcomes[i].result
+		if outcomes[i].readItems {
+			quiet.note(want, existing[want.Name], result, outcomes[i].statements)
 		}
 		if settled[want.Name] && result.State == agentapi.RoleApplied && changedAnything(result) {
 			result.State = agentapi.RoleDrift
 		}
 		results[i] = result
+		statements += outcomes[i].statements
 	}
 	return results, statements, nil
+}
+
+// databaseOutcome is what reconcileDatabase did: the result, how many statements ran, and
+// whether the schemas and extensions were read (not taken from quiet).
+type databaseOutcome struct {
+	result     agentapi.DatabaseResult
+	statements int
+	readItems  bool
+}
+
+// reconcileDatabase applies one database's plan over admin's connection, then its schemas and
+// extensions over one to the database, unless quiet holds their results.
+func reconcileDatabase(ctx context.Context, admin *adminConn, connect Connector, want agentapi.ManagedDatabase, plan databasePlan,
+	existing *existingDatabase, roles map[string]bool, quiet QuietDatabases) databaseOutcome {
+	var conn *pgx.Conn
+	if plan.runsStatements() {
+		var err error
+		if conn, err = admin.get(ctx); err != nil {
+			return databaseOutcome{result: agentapi.DatabaseResult{Name: want.Name, State: agentapi.RoleError, Message: err.Error()}}
+		}
+	}
+	result, n := applyDatabasePlan(ctx, conn, want.Name, plan)
+	outcome := databaseOutcome{result: result, statements: n}
+	if result.State == agentapi.RoleError || want.Absent || quiet.reuse(want, existing, &outcome.result) {
+		return outcome
+	}
+	m, err := reconcileDatabaseItems(ctx, connect, want, roles, &outcome.result)
+	outcome.statements += m
+	outcome.readItems = true
+	if err != nil {
+		outcome.result.State, outcome.result.Message = agentapi.RoleError, err.Error()
+	}
+	return outcome
 }
 
 // applyDatabasePlan runs the database's own statements; its result's state is Applied, Absent
@@ -199,144 +243,6 @@ func execAs(ctx context.Context, conn *pgx.Conn, role string, statements []strin
 	return execInTransaction(ctx, conn, statements)
 }
 
-func existingRoleNames(ctx context.Context, conn *pgx.Conn, names []string) (map[string]bool, error) {
-	rows, err := conn.Query(ctx, "SELECT rolname FROM pg_roles WHERE rolname = ANY($1)", names)
-	if err != nil {
-		return nil, fmt.Errorf("read roles: %w", err)
-	}
-	found, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		return nil, fmt.Errorf("read roles: %w", err)
-	}
-	roles := map[string]bool{}
-	for _, name := range found {
-		roles[name] = true
-	}
-	return roles, nil
-}
-
-func readDatabases(ctx context.Context, conn *pgx.Conn, names []string) (map[string]*existingDatabase, error) {
-	// The rows written in each database, its catalogs' included (managed_databases_quiet.go).
-	rows, err := conn.Query(ctx, `SELECT datname, pg_get_userbyid(datdba), pg_encoding_to_char(encoding),
-		datcollate, datctype, datconnlimit, current_setting('track_counts')::bool, oid,
-		pg_stat_get_db_tuples_inserted(oid) + pg_stat_get_db_tuples_updated(oid) + pg_stat_get_db_tuples_deleted(oid),
-		coalesce(pg_stat_get_db_stat_reset_time(oid)::text, ''), pg_postmaster_start_time()::text
-		FROM pg_database WHERE datname = ANY($1)`, names)
-	if err != nil {
-		return nil, fmt.Errorf("read databases: %w", err)
-	}
-	defer rows.Close()
-	databases := map[string]*existingDatabase{}
-	for rows.Next() {
-		var name string
-		var counted bool
-		db := &existingDatabase{}
-		w := &db.writes
-		if err := rows.Scan(&name, &db.Owner, &db.Encoding, &db.Collate, &db.Ctype, &db.ConnectionLimit,
-			&counted, &w.oid, &w.rows, &w.statsReset, &w.started); err != nil {
-			return nil, fmt.Errorf("read databases: %w", err)
-		}
-		if !counted {
-			*w = databaseWrites{}
-		}
-		databases[name] = db
-	}
-	return databases, rows.Err()
-}
-
-// readDatabaseItems reads, in the database conn is to, the declared schemas' owners and
-// installed extensions in one round trip, and what the image ships of the extensions only when
-// one is not installed as declared: the unchanged pass, every minute in every managed database,
-// costs one statement and no read of the image's files.
-func readDatabaseItems(ctx context.Context, conn *pgx.Conn, want agentapi.ManagedDatabase) (map[string]*string, map[string]*existingExtension, map[string]*availableExtension, error) {
-	schemaNames := make([]string, 0, len(want.Schemas))
-	for _, s := range want.Schemas {
-		schemaNames = append(schemaNames, s.Name)
-	}
-	rows, err := conn.Query(ctx, `SELECT 'schema', nspname::text, pg_get_userbyid(nspowner)::text, '' FROM pg_namespace WHERE nspname = ANY($1::text[])
-		UNION ALL SELECT 'extension', e.extname::text, e.extversion, n.nspname::text FROM pg_extension e
-		JOIN pg_namespace n ON n.oid = e.extnamespace WHERE e.extname = ANY($2::text[])`,
-		pgx.QueryExecModeExec, schemaNames, declaredExtensionNames(want))
-	if err != nil {
-		return nil, nil, nil, fmt.Errorf("read schemas and extensions: %w", err)
-	}
-	schemas, extensions := map[string]*string{}, map[string]*existingExtension{}
-	var kind, name, ownerOrVersion, schema string
-	_, err = pgx.ForEachRow(rows, []any{&kind, &name, &ownerOrVersion, &schema}, func() error {
-		if kind == "schema" {
-			owner := ownerOrVersion
-			schemas[name] = &owner
-		} else {
-			extensions[name] = &existingExtension{Version: ownerOrVersion, Schema: schema}
-		}
-		return nil
-	})
-	if err != nil {
-		return nil, nil, nil, fmt.Errorf("read schemas and extensions: %w", err)
-	}
-	var unsettled []string
-	for _, e := range want.Extensions {
-		if !e.Absent && !installedAsAsked(e, extensions[e.Name]) {
-			unsettled = append(unsettled, e.Name)
-		}
-	}
-	if len(unsettled) == 0 {
-		return schemas, extensions, nil, nil
-	}
-	available, err := readAvailableExtensions(ctx, conn, unsettled)
-	return schemas, extensions, available, err
-}
-
-func declaredExtensionNames(want agentapi.ManagedDatabase) []string {
-	names := make([]string, 0, len(want.Extensions))
-	for _, e := range want.Extensions {
-		names = append(names, e.Name)
-	}
-	return names
-}
-
-// readExtensions reads which of the named extensions are installed in the database conn is to.
-func readExtensions(ctx context.Context, conn *pgx.Conn, names []string) (map[string]*existingExtension, error) {
-	rows, err := conn.Query(ctx, `SELECT e.extname, e.extversion, n.nspname FROM pg_extension e
-		JOIN pg_namespace n ON n.oid = e.extnamespace WHERE e.extname = ANY($1)`, names)
-	if err != nil {
-		return nil, fmt.Errorf("read extensions: %w", err)
-	}
-	extensions := map[string]*existingExtension{}
-	var name, version, schema string
-	_, err = pgx.ForEachRow(rows, []any{&name, &version, &schema}, func() error {
-		extensions[name] = &existingExtension{Version: version, Schema: schema}
-		return nil
-	})
-	if err != nil {
-		return nil, fmt.Errorf("read extensions: %w", err)
-	}
-	return extensions, nil
-}
-
-func readAvailableExtensions(ctx context.Context, conn *pgx.Conn, names []string) (map[string]*availableExtension, error) {
-	rows, err := conn.Query(ctx, `SELECT v.name, v.version, v.trusted, a.default_version
-		FROM pg_available_extension_versions v JOIN pg_available_extensions a ON a.name = v.name
-		WHERE v.name = ANY($1)`, names)
-	if err != nil {
-		return nil, fmt.Errorf("read available extensions: %w", err)
-	}
-	defer rows.Close()
-	available := map[string]*availableExtension{}
-	for rows.Next() {
-		var name, version, defaultVersion string
-		var trusted bool
-		if err := rows.Scan(&name, &version, &trusted, &defaultVersion); err != nil {
-			return nil, fmt.Errorf("read available extensions: %w", err)
-		}
-		if available[name] == nil {
-			available[name] = &availableExtension{DefaultVersion: defaultVersion, Trusted: map[string]bool{}}
-		}
-		available[name].Trusted[version] = trusted
-	}
-	return available, rows.Err()
-}
-
 // madeDatabasesTable records the databases pgpilot made, by OID, in the postgres database: only
 // those does it drop, or give another owner. It lives with the data (replicated, carried by
 // pg_upgrade), not in the agent's memory, so that a new primary knows them too.
@@ -367,13 +273,21 @@ func readMadeDatabases(ctx context.Context, conn *pgx.Conn, existing map[string]
 	return nil
 }
 
+// ensureMadeDatabasesTable makes pgpilot's record of the databases it made, before any is.
+func ensureMadeDatabasesTable(ctx context.Context, conn *pgx.Conn) error {
+	_, err := conn.Exec(ctx, `CREATE SCHEMA IF NOT EXISTS pgpilot;
+		REVOKE ALL ON SCHEMA pgpilot FROM PUBLIC;
+		CREATE TABLE IF NOT EXISTS `+madeDatabasesTable+` (oid oid PRIMARY KEY, name name NOT NULL)`)
+	if err != nil {
+		return fmt.Errorf("make the record of the databases pgpilot made: %w", err)
+	}
+	return nil
+}
+
 // recordMadeDatabase adds the database just made to pgpilot's record (one statement counted
 // with the CREATE DATABASE), and forgets databases dropped since.
 func recordMadeDatabase(ctx context.Context, conn *pgx.Conn, name string) error {
-	_, err := conn.Exec(ctx, `CREATE SCHEMA IF NOT EXISTS pgpilot;
-		REVOKE ALL ON SCHEMA pgpilot FROM PUBLIC;
-		CREATE TABLE IF NOT EXISTS `+madeDatabasesTable+` (oid oid PRIMARY KEY, name name NOT NULL);
-		DELETE FROM `+madeDatabasesTable+` m WHERE NOT EXISTS (SELECT FROM pg_database d WHERE d.oid = m.oid);
+	_, err := conn.Exec(ctx, `DELETE FROM `+madeDatabasesTable+` m WHERE NOT EXISTS (SELECT FROM pg_database d WHERE d.oid = m.oid);
 		INSERT INTO `+madeDatabasesTable+` SELECT oid, datname FROM pg_database WHERE datname = `+quoteLiteral(name)+`
 			ON CONFLICT DO NOTHING`)
 	if err != nil {

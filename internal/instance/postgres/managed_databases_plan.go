@@ -39,6 +39,11 @@ type databasePlan struct {
 	absent, kept bool
 }
 
+// runsStatements says whether applying the plan takes a connection to the postgres database.
+func (p databasePlan) runsStatements() bool {
+	return p.refused == "" && !p.absent && !p.kept && (p.create != "" || p.drop != "" || len(p.alter) > 0)
+}
+
 // planDatabase is what brings have (nil when the database does not exist) to want. roles holds
 // which of the roles the declaration names exist.
 func planDatabase(want agentapi.ManagedDatabase, have *existingDatabase, roles map[string]bool, forbidden []string) databasePlan {

@@ -3,6 +3,7 @@ package postgres_test
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -21,9 +22,9 @@ func TestQuietDatabaseIsReadAgainOnlyOnceWrittenIn(t *testing.T) {
 	inst := initialised(t)
 	admin := startedAsSuperuser(t, inst)
 	exec(t, admin, "CREATE ROLE etl; CREATE ROLE intruder")
-	connections := 0
+	var connections atomic.Int64 // the pass connects from several goroutines
 	connect := func(ctx context.Context, database string) (*pgx.Conn, error) {
-		connections++
+		connections.Add(1)
 		return postgres.Connect(ctx, inst.Port, "postgres", superuserPassword, database)
 	}
 	request := agentapi.CatalogRequest{Databases: []agentapi.ManagedDatabase{{Name: "shop", Owner: "etl", ConnectionLimit: -1,
@@ -31,7 +32,7 @@ func TestQuietDatabaseIsReadAgainOnlyOnceWrittenIn(t *testing.T) {
 	quiet := postgres.QuietDatabases{}
 	settled := map[string]bool{} // as the agent's: the declaration applied in the last pass
 	pass := func() (agentapi.DatabaseResult, int) {
-		connections = 0
+		connections.Store(0)
 		results, statements, err := postgres.ReconcileDatabases(ctx, admin, connect, request, settled, quiet)
 		if err != nil {
 			t.Fatal(err)
@@ -45,8 +46,8 @@ func TestQuietDatabaseIsReadAgainOnlyOnceWrittenIn(t *testing.T) {
 	awaitQuiet := func(when string) {
 		t.Helper()
 		pgtest.EventuallyWithin(t, "a pass that connects to no database "+when, 20*time.Second, func() error {
-			if result, _ := pass(); connections > 0 || result.State != agentapi.RoleApplied || len(result.Schemas) != 1 || result.Schemas[0].State != agentapi.RoleApplied {
-				return fmt.Errorf("%d connections, %+v", connections, result)
+			if result, _ := pass(); connections.Load() > 0 || result.State != agentapi.RoleApplied || len(result.Schemas) != 1 || result.Schemas[0].State != agentapi.RoleApplied {
+				return fmt.Errorf("%d connections, %+v", connections.Load(), result)
 			}
 			return nil
 		})
@@ -86,8 +87,8 @@ func TestQuietDatabaseIsReadAgainOnlyOnceWrittenIn(t *testing.T) {
 		return nil
 	})
 	for range 2 {
-		if pass(); connections != 1 {
-			t.Fatalf("with track_counts off, a pass connected to %d databases, want 1", connections)
+		if pass(); connections.Load() != 1 {
+			t.Fatalf("with track_counts off, a pass connected to %d databases, want 1", connections.Load())
 		}
 	}
 }
