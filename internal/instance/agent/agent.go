@@ -92,8 +92,10 @@ type Agent struct {
 	Options  Options
 	Instance *postgres.Instance
 	Log      logr.Logger
-	// restartMu makes restarts one at a time.
+	// restartMu makes restarts one at a time; the start holds it too.
 	restartMu sync.Mutex
+	// started: the start (startAsLeaseSays) is done, and the instance may be called ready.
+	started atomic.Bool
 	// loadedConfig is the configHash the server last loaded (started or reloaded with).
 	loadedConfig atomic.Pointer[string]
 	// Leases reads and renews the cluster's primary Lease (fencing.go).
@@ -200,10 +202,18 @@ func (a *Agent) Run(ctx context.Context) error {
 		a.Log.Error(err, "pgbackrest configuration")
 	}
 	go a.keepRepository(ctx)
-	if err := a.startAsLeaseSays(ctx, lease); err != nil {
+	// Role changes wait for the start (they answer "in progress" meanwhile), and the instance is
+	// not ready before it is done: a demotion that came once the server accepted connections,
+	// while the start still set up its roles, stopped the server under it and ended the agent.
+	a.restartMu.Lock()
+	err = a.startAsLeaseSays(ctx, lease)
+	a.restartMu.Unlock()
+	if err != nil {
 		_ = a.Instance.Stop(a.Options.ShutdownGrace)
 		return err
 	}
+	a.started.Store(true)
+	a.resolveFence(ctx) // started fenced: the Lease may allow a start already
 	if finishedUpgrade && a.Instance.Running() && a.isPrimary() {
 		a.catchUpRecoveredUpgrade(ctx)
 	}
@@ -373,6 +383,9 @@ func (a *Agent) configHash() string {
 func (a *Agent) Alive() bool { return a.Instance.Running() || a.fenced() != nil }
 
 func (a *Agent) Ready(ctx context.Context) error {
+	if !a.started.Load() {
+		return errors.New("the agent is starting")
+	}
 	conn, err := a.connect(ctx)
 	if err != nil {
 		return err

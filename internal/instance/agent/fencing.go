@@ -245,11 +245,8 @@ func (a *Agent) startAsLeaseSays(ctx context.Context, l Lease) error {
 	case "":
 		return a.holdDown(fence{Reason: "the primary lease names no instance", Transitions: l.Transitions})
 	default:
-		if err := a.holdDown(fence{Reason: "the primary lease names " + l.Holder, Transitions: l.Transitions}); err != nil {
-			return err
-		}
-		a.resolveFence(ctx)
-		return nil
+		// Run asks the Lease again once the start is done (resolveFence).
+		return a.holdDown(fence{Reason: "the primary lease names " + l.Holder, Transitions: l.Transitions})
 	}
 }
 

@@ -2,8 +2,11 @@ package agent_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/pgpilot/pgpilot-operator/api/agentapi"
 	"github.com/pgpilot/pgpilot-operator/test/pgtest"
@@ -124,4 +127,45 @@ func TestDemotedPrimaryCanBePromotedBackWhenTheTargetMissedItsLastWAL(t *testing
 		awaitRole(t, instances[pod], agentapi.RoleReplica, 2)
 		awaitRows(t, instances[pod], 111)
 	}
+}
+
+// A demotion ordered while the agent still starts (its API answers before the server has its
+// roles) waits for the start: refused as in progress, or run after it. It used to stop the
+// server under the start, and the agent ended (18's major upgrade test in a CI rehearsal).
+func TestDemotionDuringTheStartWaitsForIt(t *testing.T) {
+	ctx := context.Background()
+	primary, _, _, leases := startPair(t)
+	if err := primary.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	leases.Grant("db-0") // the stopped agent let its Lease go; the operator grants it again
+	restarted := pgtest.StartAgent(t, primary.Config, primary.Instance, leases)
+	client := agentapi.HTTPClient{}
+	var first error
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(5 * time.Millisecond) {
+		_, first = client.Demote(ctx, endpointOf(restarted))
+		if !errors.Is(first, syscall.ECONNREFUSED) || time.Now().After(deadline) {
+			break
+		}
+	}
+	t.Logf("the first demotion answered %v", first)
+	pgtest.EventuallyWithin(t, "the restarted agent ready", 30*time.Second, func() error {
+		if err := restarted.Probe(agentapi.PathReadiness); err != nil {
+			return err
+		}
+		demoted, err := client.Demote(ctx, endpointOf(restarted))
+		if err != nil && !errors.Is(err, agentapi.ErrWrongRole) {
+			return err
+		}
+		if err == nil && !demoted.Clean {
+			return fmt.Errorf("demoted %+v", demoted)
+		}
+		return nil
+	})
+	pgtest.EventuallyWithin(t, "the demoted instance a replica", 30*time.Second, func() error {
+		if s, err := status(restarted); err != nil || s.Role != agentapi.RoleReplica {
+			return fmt.Errorf("%+v, %v", s, err)
+		}
+		return nil
+	})
 }
