@@ -83,22 +83,36 @@ func RunAs(t TB) *syscall.Credential {
 // the kernel's ephemeral range: a port the kernel handed out (":0") is free again once this
 // returns, and any outgoing connection of any process may take it before the server binds it
 // (CI saw PostgreSQL fail with "Address already in use" that way). Below the range only
-// another test's random pick can collide.
+// another test's random pick can collide. A port is handed out once per test process: a
+// stopped server's port is free, and an agent restarted beside it took it once (its server then
+// could not bind it when it started again).
 func FreePort(t TB) int {
 	t.Helper()
 	low := ephemeralLow()
+	handedOut.Lock()
+	defer handedOut.Unlock()
 	for range 100 {
 		port := firstTestPort + rand.IntN(low-firstTestPort)
+		if handedOut.ports[port] {
+			continue
+		}
 		l, err := net.Listen("tcp", net.JoinHostPort(Loopback, strconv.Itoa(port)))
 		if err != nil {
 			continue
 		}
 		_ = l.Close()
+		handedOut.ports[port] = true
 		return port
 	}
 	t.Fatal("no free loopback port below the ephemeral range")
 	return 0
 }
+
+// handedOut are the ports FreePort gave in this process.
+var handedOut = struct {
+	sync.Mutex
+	ports map[int]bool
+}{ports: map[int]bool{}}
 
 // firstTestPort is above the well-known and most registered service ports.
 const firstTestPort = 10000
