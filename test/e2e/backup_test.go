@@ -29,7 +29,7 @@ const (
 // Backups end to end: pgBackRest in the PostgreSQL image archives WAL to a real S3 server,
 // Backups and ScheduledBackups fill the repository, and a new cluster recovers from it to a time
 // chosen between two batches of rows, across an S3 outage and a switchover.
-var _ = Describe("Backup and point-in-time recovery", Ordered, SpecPriority(slowestSpecs), func() {
+var _ = Describe("Backup and point-in-time recovery", Ordered, SpecPriority(longestSpecs), func() {
 	var (
 		source *pgv1.PostgresCluster
 		rows   *rowBatches

@@ -19,7 +19,7 @@ import (
 	pgv1 "github.com/pgpilot/pgpilot-operator/api/v1alpha1"
 )
 
-var _ = Describe("The sample PostgresCluster", Ordered, func() {
+var _ = Describe("The sample PostgresCluster", Ordered, SpecPriority(longestSpecs), func() {
 	var cluster *pgv1.PostgresCluster
 	var volumes []string
 

@@ -24,7 +24,7 @@ import (
 
 // Failover, fencing and rolling updates, on a cluster of their own (2 instances, synchronous,
 // dataDurability required) so that they run beside the replication specs.
-var _ = Describe("Failover", Ordered, SpecPriority(slowSpecs), func() {
+var _ = Describe("Failover", Ordered, SpecPriority(slowestSpecs), func() {
 	var cluster *pgv1.PostgresCluster
 
 	BeforeAll(func(ctx SpecContext) {

@@ -36,7 +36,7 @@ import (
 // in pgpilot_query_error and the Monitoring condition. The instance's log: JSON lines, and an
 // Event of a failed login. Then a real Prometheus scrapes what the cluster's PodMonitor and the
 // operator's ServiceMonitor describe, and evaluates pgpilot's alerts.
-var _ = Describe("Monitoring", Ordered, SpecPriority(slowSpecs), func() {
+var _ = Describe("Monitoring", Ordered, SpecPriority(slowerSpecs), func() {
 	var cluster *pgv1.PostgresCluster
 	var prometheus *prometheusServer
 	queries := &corev1.ConfigMap{}

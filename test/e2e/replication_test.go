@@ -18,7 +18,7 @@ import (
 
 // The instance agent's promise, end to end: a primary with streaming replicas that clients
 // reach through <name>-rw and <name>-ro, with the credentials pgpilot generated.
-var _ = Describe("Streaming replication", Ordered, func() {
+var _ = Describe("Streaming replication", Ordered, SpecPriority(longestSpecs), func() {
 	var cluster *pgv1.PostgresCluster
 	jobs := 0
 	// sql runs a statement from another pod; it fails the spec when psql fails.

@@ -32,7 +32,7 @@ var _ = Describe("PostgreSQL versions", func() {
 })
 
 func versionSpec(major int32) {
-	Describe(fmt.Sprintf("PostgreSQL %d", major), Ordered, SpecPriority(slowestSpecs), func() {
+	Describe(fmt.Sprintf("PostgreSQL %d", major), Ordered, SpecPriority(slowSpecs), func() {
 		var (
 			cluster *pgv1.PostgresCluster
 			rows    *rowBatches
