@@ -206,19 +206,25 @@ func eachLddLine(ctx context.Context, files, env []string, line func(soname, pat
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		cmd := exec.CommandContext(ctx, "ldd", file)
-		if loader != "" {
-			cmd = exec.CommandContext(ctx, loader, file)
-			cmd.Env = append(cmd.Environ(), "LD_TRACE_LOADED_OBJECTS=1")
-		}
-		cmd.Env = append(cmd.Environ(), env...)
-		out, err := cmd.Output()
+		out, err := lddCommand(ctx, loader, file, env).Output()
 		if err != nil && !bytes.Contains(out, []byte("=>")) {
 			continue // statically linked or not loadable here at all: nothing to resolve
 		}
 		parseLddOutput(out, line)
 	}
 	return nil
+}
+
+// lddCommand lists file's libraries: the loader in ldd's tracing mode, or ldd without one.
+func lddCommand(ctx context.Context, loader, file string, env []string) *exec.Cmd {
+	if loader == "" {
+		cmd := exec.CommandContext(ctx, "ldd", file)
+		cmd.Env = append(cmd.Environ(), env...)
+		return cmd
+	}
+	cmd := exec.CommandContext(ctx, loader, file)
+	cmd.Env = append(cmd.Environ(), append([]string{"LD_TRACE_LOADED_OBJECTS=1"}, env...)...)
+	return cmd
 }
 
 // parseLddOutput calls line with each "soname => path" pair of ldd's output (the loader's list).

@@ -40,11 +40,13 @@ type databaseWrites struct {
 	started    string
 }
 
+func (w databaseWrites) counted() bool { return w != databaseWrites{} }
+
 // reuse puts the last read's results in result when the database's declaration and write count
 // are those of that read, and says whether it did.
 func (q QuietDatabases) reuse(want agentapi.ManagedDatabase, existing *existingDatabase, result *agentapi.DatabaseResult) bool {
 	last, ok := q[want.Name]
-	if !ok || existing == nil || existing.writes == (databaseWrites{}) || existing.writes != last.writes ||
+	if !ok || existing == nil || !existing.writes.counted() || existing.writes != last.writes ||
 		!reflect.DeepEqual(last.declared, want) {
 		return false
 	}
@@ -58,7 +60,7 @@ func (q QuietDatabases) note(want agentapi.ManagedDatabase, existing *existingDa
 	if q == nil {
 		return
 	}
-	if existing == nil || existing.writes == (databaseWrites{}) || statements > 0 ||
+	if existing == nil || !existing.writes.counted() || statements > 0 ||
 		result.State != agentapi.RoleApplied || len(result.Changed) > 0 {
 		delete(q, want.Name)
 		return

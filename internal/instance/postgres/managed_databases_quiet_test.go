@@ -23,9 +23,10 @@ func TestQuietDatabaseIsReadAgainOnlyOnceWrittenIn(t *testing.T) {
 	admin := startedAsSuperuser(t, inst)
 	exec(t, admin, "CREATE ROLE etl; CREATE ROLE intruder")
 	var connections atomic.Int64 // the pass connects from several goroutines
+	superuser := superuserConnector(inst)
 	connect := func(ctx context.Context, database string) (*pgx.Conn, error) {
 		connections.Add(1)
-		return postgres.Connect(ctx, inst.Port, "postgres", superuserPassword, database)
+		return superuser(ctx, database)
 	}
 	request := agentapi.CatalogRequest{Databases: []agentapi.ManagedDatabase{{Name: "shop", Owner: "etl", ConnectionLimit: -1,
 		Schemas: []agentapi.ManagedSchema{{Name: "sales", Owner: "etl"}}}}}

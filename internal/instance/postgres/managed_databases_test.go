@@ -23,9 +23,7 @@ func TestReconcileDatabasesCreatesRepairsAndNeverDropsData(t *testing.T) {
 	admin := startedAsSuperuser(t, inst)
 	exec(t, admin, "CREATE ROLE shop_owner; CREATE ROLE etl")
 	exec(t, admin, "CREATE DATABASE payroll OWNER etl") // by hand: pgpilot may not take it
-	connect := func(ctx context.Context, database string) (*pgx.Conn, error) {
-		return postgres.Connect(ctx, inst.Port, "postgres", superuserPassword, database)
-	}
+	connect := superuserConnector(inst)
 	shop := agentapi.ManagedDatabase{Name: "shop", Owner: "shop_owner", ConnectionLimit: 10,
 		Schemas: []agentapi.ManagedSchema{{Name: "sales", Owner: "etl"}, {Name: "staging", Owner: "shop_owner"}},
 		Extensions: []agentapi.ManagedExtension{{Name: "hstore", Version: "1.7"}, {Name: "citext", Schema: "staging"},

@@ -21,6 +21,13 @@ func initialised(t testing.TB) *postgres.Instance {
 	return inst
 }
 
+// superuserConnector connects to inst's databases as the superuser, over TCP.
+func superuserConnector(inst *postgres.Instance) postgres.Connector {
+	return func(ctx context.Context, database string) (*pgx.Conn, error) {
+		return postgres.Connect(ctx, inst.Port, "postgres", superuserPassword, database)
+	}
+}
+
 // startedAsSuperuser starts inst and connects to it as the superuser.
 func startedAsSuperuser(t *testing.T, inst *postgres.Instance) *pgx.Conn {
 	t.Helper()
