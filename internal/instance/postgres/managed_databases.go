@@ -118,14 +118,16 @@ func applyDatabasePlan(ctx context.Context, conn *pgx.Conn, name string, plan da
 		return agentapi.DatabaseResult{Name: name, State: agentapi.DatabaseKept,
 			Message: "pgpilot did not make this database: it never drops it, and lets its Database go"}, 0
 	case plan.create != "":
-		n, err = 2, execOne(ctx, conn, plan.create) // CREATE DATABASE takes no transaction
-		if err == nil {
-			err = recordMadeDatabase(ctx, conn, name)
-		}
+		n, err = 3, makeDatabase(ctx, conn, name, plan.create)
+	case plan.record && len(plan.alter) == 0:
+		n, err = 1, recordMadeDatabase(ctx, conn, name)
 	case plan.drop != "":
 		n, err = 1, execOne(ctx, conn, plan.drop)
 	case len(plan.alter) > 0:
 		n, err = len(plan.alter), execAs(ctx, conn, "", plan.alter)
+		if err == nil && plan.record {
+			n, err = n+1, recordMadeDatabase(ctx, conn, name)
+		}
 	}
 	switch {
 	case err != nil:
@@ -241,57 +243,4 @@ func execAs(ctx context.Context, conn *pgx.Conn, role string, statements []strin
 		statements = append([]string{"SET LOCAL ROLE " + pgx.Identifier{role}.Sanitize()}, statements...)
 	}
 	return execInTransaction(ctx, conn, statements)
-}
-
-// madeDatabasesTable records the databases pgpilot made, by OID, in the postgres database: only
-// those does it drop, or give another owner. It lives with the data (replicated, carried by
-// pg_upgrade), not in the agent's memory, so that a new primary knows them too.
-const madeDatabasesTable = "pgpilot.databases"
-
-// readMadeDatabases marks the existing databases pgpilot made.
-func readMadeDatabases(ctx context.Context, conn *pgx.Conn, existing map[string]*existingDatabase) error {
-	if len(existing) == 0 {
-		return nil
-	}
-	var found bool
-	if err := conn.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", madeDatabasesTable).Scan(&found); err != nil || !found {
-		return err
-	}
-	rows, err := conn.Query(ctx, `SELECT d.datname::text FROM `+madeDatabasesTable+` m JOIN pg_database d ON d.oid = m.oid`)
-	if err != nil {
-		return fmt.Errorf("read the databases pgpilot made: %w", err)
-	}
-	made, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		return fmt.Errorf("read the databases pgpilot made: %w", err)
-	}
-	for _, name := range made {
-		if db := existing[name]; db != nil {
-			db.Made = true
-		}
-	}
-	return nil
-}
-
-// ensureMadeDatabasesTable makes pgpilot's record of the databases it made, before any is.
-func ensureMadeDatabasesTable(ctx context.Context, conn *pgx.Conn) error {
-	_, err := conn.Exec(ctx, `CREATE SCHEMA IF NOT EXISTS pgpilot;
-		REVOKE ALL ON SCHEMA pgpilot FROM PUBLIC;
-		CREATE TABLE IF NOT EXISTS `+madeDatabasesTable+` (oid oid PRIMARY KEY, name name NOT NULL)`)
-	if err != nil {
-		return fmt.Errorf("make the record of the databases pgpilot made: %w", err)
-	}
-	return nil
-}
-
-// recordMadeDatabase adds the database just made to pgpilot's record (one statement counted
-// with the CREATE DATABASE), and forgets databases dropped since.
-func recordMadeDatabase(ctx context.Context, conn *pgx.Conn, name string) error {
-	_, err := conn.Exec(ctx, `DELETE FROM `+madeDatabasesTable+` m WHERE NOT EXISTS (SELECT FROM pg_database d WHERE d.oid = m.oid);
-		INSERT INTO `+madeDatabasesTable+` SELECT oid, datname FROM pg_database WHERE datname = `+quoteLiteral(name)+`
-			ON CONFLICT DO NOTHING`)
-	if err != nil {
-		return fmt.Errorf("record database %s as made by pgpilot: %w", name, err)
-	}
-	return nil
 }

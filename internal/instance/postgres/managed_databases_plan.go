@@ -17,11 +17,12 @@ const (
 )
 
 // existingDatabase is a database as pg_database has it. Made: pgpilot made it (its record of
-// the databases it made, pgpilot.databases, holds its OID).
+// the databases it made, pgpilot.databases, holds its OID); Unrecorded: made by an agent stopped
+// before it recorded it (managed_databases_made.go).
 type existingDatabase struct {
 	Owner, Encoding, Collate, Ctype string
 	ConnectionLimit                 int32
-	Made                            bool
+	Made, Unrecorded                bool
 	writes                          databaseWrites
 }
 
@@ -35,13 +36,13 @@ type databasePlan struct {
 	// rest of its declaration was applied (an encoding the server cannot change).
 	refused, problem string
 	// absent: declared absent, and not there; kept: declared absent, and there, but not made by
-	// pgpilot, which never drops such a database.
-	absent, kept bool
+	// pgpilot, which never drops such a database; record: made by pgpilot, not yet recorded.
+	absent, kept, record bool
 }
 
 // runsStatements says whether applying the plan takes a connection to the postgres database.
 func (p databasePlan) runsStatements() bool {
-	return p.refused == "" && !p.absent && !p.kept && (p.create != "" || p.drop != "" || len(p.alter) > 0)
+	return p.refused == "" && !p.absent && !p.kept && (p.create != "" || p.drop != "" || len(p.alter) > 0 || p.record)
 }
 
 // planDatabase is what brings have (nil when the database does not exist) to want. roles holds
@@ -79,7 +80,7 @@ func planDatabase(want agentapi.ManagedDatabase, have *existingDatabase, roles m
 		statement += fmt.Sprintf(" CONNECTION LIMIT %d", want.ConnectionLimit)
 		return databasePlan{create: statement, changed: []string{changedCreated}}
 	}
-	var plan databasePlan
+	plan := databasePlan{record: have.Unrecorded}
 	if have.Owner != want.Owner {
 		plan.alter = append(plan.alter, "ALTER DATABASE "+name+" OWNER TO "+owner)
 		plan.changed = append(plan.changed, "owner")

@@ -24,6 +24,11 @@ func TestPlanDatabaseDiffsDeclaredAgainstExisting(t *testing.T) {
 		db.Made, db.Owner = false, owner
 		return db
 	}
+	unrecorded := func() *existingDatabase {
+		db := asIs()
+		db.Unrecorded = true
+		return db
+	}
 	for _, c := range []struct {
 		name             string
 		want             agentapi.ManagedDatabase
@@ -32,6 +37,7 @@ func TestPlanDatabaseDiffsDeclaredAgainstExisting(t *testing.T) {
 		alter, changed   []string
 		refused, problem string
 		absent, kept     bool
+		record           bool
 	}{
 		{name: "new database: the server's encoding and locale", want: shop,
 			create: `CREATE DATABASE "shop" OWNER "app" CONNECTION LIMIT -1`, changed: []string{"created"}},
@@ -59,13 +65,18 @@ func TestPlanDatabaseDiffsDeclaredAgainstExisting(t *testing.T) {
 		{name: "not made by pgpilot, another owner: never taken from it", want: shop, have: notMade("payments"),
 			refused: "owned by payments, and pgpilot did not make it"},
 		{name: "not made by pgpilot and asked absent: kept", want: with(func(d *agentapi.ManagedDatabase) { d.Absent = true }), have: notMade("app"), kept: true},
+		{name: "made by an agent stopped before recording it: recorded", want: shop, have: unrecorded(), record: true},
+		{name: "made, not recorded, and changed since: recorded and put back", want: with(func(d *agentapi.ManagedDatabase) { d.ConnectionLimit = 5 }), have: unrecorded(),
+			alter: []string{`ALTER DATABASE "shop" CONNECTION LIMIT 5`}, changed: []string{"connection limit"}, record: true},
+		{name: "made, not recorded, and asked absent: dropped", want: with(func(d *agentapi.ManagedDatabase) { d.Absent = true }), have: unrecorded(),
+			drop: `DROP DATABASE "shop"`, changed: []string{"dropped"}},
 		{name: "names are quoted", want: with(func(d *agentapi.ManagedDatabase) { d.Name, d.Owner = `we"ird`, "app" }),
 			create: `CREATE DATABASE "we""ird" OWNER "app" CONNECTION LIMIT -1`, changed: []string{"created"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			plan := planDatabase(c.want, c.have, roles, []string{"app"})
-			if plan.create != c.create || plan.drop != c.drop || !slices.Equal(plan.alter, c.alter) || !slices.Equal(plan.changed, c.changed) || plan.absent != c.absent || plan.kept != c.kept {
-				t.Errorf("got create %q drop %q alter %q changed %q absent %v kept %v", plan.create, plan.drop, plan.alter, plan.changed, plan.absent, plan.kept)
+			if plan.create != c.create || plan.drop != c.drop || !slices.Equal(plan.alter, c.alter) || !slices.Equal(plan.changed, c.changed) || plan.absent != c.absent || plan.kept != c.kept || plan.record != c.record {
+				t.Errorf("got create %q drop %q alter %q changed %q absent %v kept %v record %v", plan.create, plan.drop, plan.alter, plan.changed, plan.absent, plan.kept, plan.record)
 			}
 			if !matches(plan.refused, c.refused) || !matches(plan.problem, c.problem) {
 				t.Errorf("refused %q (want %q), problem %q (want %q)", plan.refused, c.refused, plan.problem, c.problem)

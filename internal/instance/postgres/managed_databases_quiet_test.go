@@ -40,7 +40,7 @@ func TestQuietDatabaseIsReadAgainOnlyOnceWrittenIn(t *testing.T) {
 		}
 		return results[0], statements
 	}
-	if result, statements := pass(); result.State != agentapi.RoleApplied || statements != 3 {
+	if result, statements := pass(); result.State != agentapi.RoleApplied || statements != 4 {
 		t.Fatalf("first pass: %+v, %d statements", result, statements)
 	}
 	settled["shop"] = true

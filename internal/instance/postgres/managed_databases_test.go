@@ -35,7 +35,7 @@ func TestReconcileDatabasesCreatesRepairsAndNeverDropsData(t *testing.T) {
 		{Name: "ghost", Owner: "shop_owner", Absent: true},
 		{Name: "payroll", Owner: "shop_owner", ConnectionLimit: -1},
 	}}
-	results := reconcileDatabases(t, admin, connect, request, nil, 8)
+	results := reconcileDatabases(t, admin, connect, request, nil, 10)
 	expectDatabaseStates(t, results, "shop=Error legacy=Applied app=Error ghost=Absent payroll=Error")
 	if !strings.Contains(results[4].Message, "owned by etl, and pgpilot did not make it") {
 		t.Errorf("payroll: %q", results[4].Message)
@@ -97,6 +97,37 @@ func TestReconcileDatabasesCreatesRepairsAndNeverDropsData(t *testing.T) {
 	_ = legacy.Close(ctx)
 	results = reconcileDatabases(t, admin, connect, request, nil, 2)
 	expectDatabaseStates(t, results, "legacy=Absent")
+}
+
+// An agent stopped between a CREATE DATABASE and the database's record (CREATE DATABASE takes no
+// transaction) left a database it made that its record does not hold: the next pass records it,
+// so that the database is pgpilot's to drop when its Database asks, not kept against its
+// reclaimPolicy as one made by hand. A name noted for a database never made is forgotten.
+func TestADatabaseMadeByAnAgentStoppedBeforeItsRecordIsStillPgpilots(t *testing.T) {
+	inst := initialised(t)
+	admin := startedAsSuperuser(t, inst)
+	exec(t, admin, "CREATE ROLE shop_owner")
+	connect := superuserConnector(inst)
+	first := agentapi.ManagedDatabase{Name: "first", Owner: "shop_owner", ConnectionLimit: -1}
+	reconcileDatabases(t, admin, connect, agentapi.CatalogRequest{Databases: []agentapi.ManagedDatabase{first}}, nil, 3)
+
+	// What an agent killed after its CREATE DATABASE of half leaves, and one killed before its
+	// CREATE DATABASE of never.
+	exec(t, admin, "INSERT INTO pgpilot.databases_being_made VALUES ('half'), ('never')")
+	exec(t, admin, "CREATE DATABASE half OWNER shop_owner CONNECTION LIMIT -1")
+	half := agentapi.ManagedDatabase{Name: "half", Owner: "shop_owner", ConnectionLimit: -1}
+	second := agentapi.ManagedDatabase{Name: "second", Owner: "shop_owner", ConnectionLimit: -1}
+	request := agentapi.CatalogRequest{Databases: []agentapi.ManagedDatabase{first, half, second}}
+	results := reconcileDatabases(t, admin, connect, request, nil, 1+3)
+	expectDatabaseStates(t, results, "first=Applied half=Applied second=Applied")
+	expectValue(t, admin, "SELECT string_agg(name, ',' ORDER BY name) FROM pgpilot.databases", "first,half,second")
+	expectValue(t, admin, "SELECT count(*)::text FROM pgpilot.databases_being_made", "0")
+	reconcileDatabases(t, admin, connect, request, nil, 0)
+
+	request.Databases[1].Absent = true
+	results = reconcileDatabases(t, admin, connect, request, nil, 1)
+	expectDatabaseStates(t, results, "half=Absent")
+	expectValue(t, admin, "SELECT count(*)::text FROM pg_database WHERE datname = 'half'", "0")
 }
 
 func reconcileDatabases(t *testing.T, conn *pgx.Conn, connect postgres.Connector, request agentapi.CatalogRequest, settled map[string]bool, wantStatements int) []agentapi.DatabaseResult {
