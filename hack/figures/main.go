@@ -57,6 +57,8 @@ type Replica struct {
 	Method    string `json:"method"`
 	CopiedMiB int64  `json:"copiedMiB"`
 	KeptMiB   int64  `json:"keptMiB"`
+	// Reason: why a cheaper way failed.
+	Reason string `json:"reason,omitempty"`
 }
 
 // upgradeReport is test/e2e's UpgradeFigures as ginkgo encodes it.
@@ -67,6 +69,7 @@ type upgradeReport struct {
 		Name                   string `json:"name"`
 		Method                 string `json:"method"`
 		BytesCopied, BytesKept int64
+		Reason                 string `json:"reason"`
 	}
 }
 
@@ -193,7 +196,7 @@ func upgradesOf(spec types.SpecReport) ([]Upgrade, error) {
 			PgUpgrade: seconds(r.PgUpgrade), HABack: seconds(r.HABack), ArchivingBack: seconds(r.ArchivingBack)}
 		for _, replica := range r.Replicas {
 			u.Replicas = append(u.Replicas, Replica{Name: replica.Name, Method: replica.Method,
-				CopiedMiB: replica.BytesCopied >> 20, KeptMiB: replica.BytesKept >> 20})
+				CopiedMiB: replica.BytesCopied >> 20, KeptMiB: replica.BytesKept >> 20, Reason: replica.Reason})
 		}
 		upgrades = append(upgrades, u)
 	}
@@ -297,7 +300,11 @@ func renderUpgrades(r Results) string {
 	for _, u := range r.Upgrades {
 		replicas := make([]string, 0, len(u.Replicas))
 		for _, replica := range u.Replicas {
-			replicas = append(replicas, fmt.Sprintf("%s by %s: %d / %d MiB", replica.Name, replica.Method, replica.CopiedMiB, replica.KeptMiB))
+			described := fmt.Sprintf("%s by %s: %d / %d MiB", replica.Name, replica.Method, replica.CopiedMiB, replica.KeptMiB)
+			if replica.Reason != "" {
+				described += " (" + strings.ReplaceAll(replica.Reason, "|", "/") + ")"
+			}
+			replicas = append(replicas, described)
 		}
 		outcome := "passed"
 		if !u.Passed {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"sync"
@@ -160,6 +161,11 @@ func (a *Agent) rebuildByClone(ctx context.Context) error {
 	if err := a.Instance.Clone(ctx, conninfo, password, agentapi.SlotName(a.Config.PodName)); err != nil {
 		return fmt.Errorf("clone the primary: %w", err)
 	}
+	copied, err := directoryBytes(a.Config.DataDir)
+	if err != nil {
+		return fmt.Errorf("measure the clone: %w", err)
+	}
+	a.noteRebuild(func(r *agentapi.MajorUpgradeRebuildResult) { r.Copied, r.Kept = copied, 0 })
 	return nil
 }
 
@@ -191,4 +197,22 @@ func (a *Agent) MajorUpgradeRebuildResult() *agentapi.MajorUpgradeRebuildResult 
 	}
 	copied := *u.result
 	return &copied
+}
+
+// directoryBytes is the size of the regular files under dir: what a clone of a data directory
+// copied.
+func directoryBytes(dir string) (int64, error) {
+	var total int64
+	err := filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
+		if err != nil || !d.Type().IsRegular() {
+			return err
+		}
+		info, err := d.Info()
+		if err != nil {
+			return err
+		}
+		total += info.Size()
+		return nil
+	})
+	return total, err
 }
