@@ -21,8 +21,8 @@ import (
 const defaultMajor = controller.DefaultPostgresMajor
 
 // The majors besides the default, each on a synchronous 3-instance cluster of pgpilot's own
-// image of that major: a crash of the primary under the write checker, a backup, and a
-// point-in-time recovery into a new cluster of the same major with exactly the rows before.
+// image of that major: a crash of the primary under the write checker, in the middle of a pass
+// over managed Databases, a backup, and a point-in-time recovery into a new cluster of the same major with exactly the rows before.
 // PostgreSQL 15's run on the major upgrade's cluster before it is upgraded (majorupgrade_test.go),
 // which recovers a backup into 15 at its end: a cluster of its own cost a process some 190 s.
 var _ = Describe("PostgreSQL versions", func() {
@@ -62,11 +62,14 @@ func versionSpec(major int32) {
 			Expect(err.Error()).To(ContainSubstring("spec.postgresVersion cannot be lowered or removed"))
 		})
 
-		It("fails over a killed primary losing no acknowledged write, backs up, and recovers to a time with exactly the rows before it", func(ctx SpecContext) {
+		It("fails over a primary killed while applying Databases, losing no acknowledged write, and the new primary completes them", func(ctx SpecContext) {
 			rows.insert(ctx, 1)
 			takeBackup(ctx, cluster, "full", pgv1.BackupFull)
 			rows.insert(ctx, 2)
-			underFault(ctx, cluster, fmt.Sprintf("kill -9 of the primary's postmaster, PostgreSQL %d", major), rtoCrash, killPostmaster)
+			expectCatalogCompletedAfterAFailover(ctx, cluster, fmt.Sprintf("kill -9 of the primary's postmaster in a pass over Databases, PostgreSQL %d", major))
+		})
+
+		It("recovers from its backup to a time with exactly the rows before it", func(ctx SpecContext) {
 			target := rows.markTime()
 			rows.insert(ctx, 3)
 			waitForArchived(ctx, cluster, rows.switchWAL(ctx))
