@@ -63,17 +63,28 @@ func (r *rowBatches) exec(ctx context.Context, cluster *pgv1.PostgresCluster, st
 
 // query runs statement on cluster's primary and returns its one text value.
 func (r *rowBatches) query(ctx context.Context, cluster *pgv1.PostgresCluster, statement string) string {
-	conn := connectSuperuser(ctx, cluster)
+	return superuserQuery(ctx, cluster, "postgres", statement)
+}
+
+// superuserQuery runs query, as the superuser, in database on cluster's primary, and returns its
+// one text value.
+func superuserQuery(ctx context.Context, cluster *pgv1.PostgresCluster, database, query string) string {
+	conn := connectSuperuserTo(ctx, cluster, database)
 	defer func() { _ = conn.Close(context.Background()) }()
 	var value string
-	Expect(conn.QueryRow(ctx, statement).Scan(&value)).To(Succeed(), statement)
+	Expect(conn.QueryRow(ctx, query).Scan(&value)).To(Succeed(), query)
 	return value
 }
 
-// connectSuperuser connects to cluster's primary through its -rw Service as the superuser,
-// retrying while the Service has no ready endpoint yet.
+// connectSuperuser connects to the postgres database of cluster's primary (connectSuperuserTo).
 func connectSuperuser(ctx context.Context, cluster *pgv1.PostgresCluster) *pgx.Conn {
-	connInfo := rwConnInfo(ctx, cluster, "superuser", "postgres")
+	return connectSuperuserTo(ctx, cluster, "postgres")
+}
+
+// connectSuperuserTo connects to database on cluster's primary through its -rw Service as the
+// superuser, retrying while the Service has no ready endpoint yet.
+func connectSuperuserTo(ctx context.Context, cluster *pgv1.PostgresCluster, database string) *pgx.Conn {
+	connInfo := rwConnInfo(ctx, cluster, "superuser", database)
 	var conn *pgx.Conn
 	Eventually(func(ctx context.Context) (err error) {
 		conn, err = pgx.Connect(ctx, connInfo)

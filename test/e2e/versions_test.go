@@ -22,7 +22,8 @@ const defaultMajor = controller.DefaultPostgresMajor
 
 // The majors besides the default, each on a synchronous 3-instance cluster of pgpilot's own
 // image of that major: a crash of the primary under the write checker, in the middle of a pass
-// over managed Databases, a backup, and a point-in-time recovery into a new cluster of the same major with exactly the rows before.
+// over managed Databases, a backup, and a point-in-time recovery into a new cluster of the same
+// major with exactly the rows before.
 // PostgreSQL 15's run on the major upgrade's cluster before it is upgraded (majorupgrade_test.go),
 // which recovers a backup into 15 at its end: a cluster of its own cost a process some 190 s.
 var _ = Describe("PostgreSQL versions", func() {

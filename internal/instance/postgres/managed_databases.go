@@ -119,15 +119,13 @@ func applyDatabasePlan(ctx context.Context, conn *pgx.Conn, name string, plan da
 			Message: "pgpilot did not make this database: it never drops it, and lets its Database go"}, 0
 	case plan.create != "":
 		n, err = 3, makeDatabase(ctx, conn, name, plan.create)
-	case plan.record && len(plan.alter) == 0:
-		n, err = 1, recordMadeDatabase(ctx, conn, name)
 	case plan.drop != "":
 		n, err = 1, execOne(ctx, conn, plan.drop)
 	case len(plan.alter) > 0:
 		n, err = len(plan.alter), execAs(ctx, conn, "", plan.alter)
-		if err == nil && plan.record {
-			n, err = n+1, recordMadeDatabase(ctx, conn, name)
-		}
+	}
+	if err == nil && plan.record {
+		n, err = n+1, recordMadeDatabase(ctx, conn, name)
 	}
 	switch {
 	case err != nil:
